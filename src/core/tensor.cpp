@@ -1,0 +1,88 @@
+#include "core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace augur {
+
+HostBuffer::HostBuffer(size_t bytes) : size_(bytes) {
+  size_t rounded = (bytes + 63) / 64 * 64;
+  ptr_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (!ptr_) throw std::bad_alloc();
+  std::memset(ptr_, 0, rounded == 0 ? 64 : rounded);
+}
+
+HostBuffer::~HostBuffer() { std::free(ptr_); }
+
+Tensor Tensor::empty(DType dtype, std::initializer_list<int64_t> shape) {
+  return empty(dtype, shape.begin(), int(shape.size()));
+}
+
+Tensor Tensor::empty(DType dtype, const int64_t* shape, int ndim) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; ++i) n *= shape[i];
+  auto buf = std::make_shared<HostBuffer>(size_t(n) * dtype_size(dtype));
+  return view_of(std::move(buf), 0, dtype, shape, ndim);
+}
+
+Tensor Tensor::view_of(std::shared_ptr<Buffer> buf, size_t offset, DType dtype,
+                       const int64_t* shape, int ndim) {
+  AUGUR_ASSERT(ndim >= 0 && ndim <= kMaxDims, "tensor rank out of range");
+  Tensor t;
+  t.buf_ = std::move(buf);
+  t.offset_ = offset;
+  t.dtype_ = dtype;
+  t.ndim_ = ndim;
+  int64_t s = 1;
+  for (int i = ndim - 1; i >= 0; --i) {
+    t.shape_[i] = shape[i];
+    t.stride_[i] = s;
+    s *= shape[i];
+  }
+  AUGUR_ASSERT(offset + size_t(s) * dtype_size(dtype) <= t.buf_->size(), "view exceeds buffer");
+  return t;
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < ndim_; ++i) n *= shape_[i];
+  return n;
+}
+
+bool Tensor::is_contiguous() const {
+  int64_t s = 1;
+  for (int i = ndim_ - 1; i >= 0; --i) {
+    if (shape_[i] != 1 && stride_[i] != s) return false;
+    s *= shape_[i];
+  }
+  return true;
+}
+
+Tensor Tensor::reshape(std::initializer_list<int64_t> shape) const {
+  AUGUR_ASSERT(is_contiguous(), "reshape of a non-contiguous view");
+  Tensor t = view_of(buf_, offset_, dtype_, shape.begin(), int(shape.size()));
+  AUGUR_ASSERT(t.numel() == numel(), "reshape changes the element count");
+  return t;
+}
+
+Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
+  AUGUR_ASSERT(ndim_ >= 1 && begin >= 0 && begin <= end && end <= shape_[0], "bad row slice");
+  Tensor t = *this;
+  t.offset_ = offset_ + size_t(begin * stride_[0]) * dtype_size(dtype_);
+  t.shape_[0] = end - begin;
+  return t;
+}
+
+std::string Tensor::shape_str() const {
+  std::ostringstream os;
+  os << '[';
+  for (int i = 0; i < ndim_; ++i) os << (i ? ", " : "") << shape_[i];
+  os << ']';
+  return os.str();
+}
+
+}  // namespace augur

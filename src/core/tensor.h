@@ -1,0 +1,103 @@
+// Tensor views over refcounted buffers.
+//
+// A Buffer owns (or pins) bytes on one device: an aligned host allocation, or
+// a range of a memory-mapped checkpoint kept alive by the mapping. A Tensor is
+// a view: dtype, shape, strides (in elements) and a byte offset into a buffer.
+// Copying a Tensor copies the view, never the data.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace augur {
+
+enum class Device : uint8_t { CPU, CUDA };
+
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* data() = 0;
+  virtual size_t size() const = 0;
+  virtual Device device() const { return Device::CPU; }
+};
+
+// Host memory aligned to 64 bytes (one cache line, one AVX-512 vector).
+class HostBuffer final : public Buffer {
+ public:
+  explicit HostBuffer(size_t bytes);
+  ~HostBuffer() override;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  void* data() override { return ptr_; }
+  size_t size() const override { return size_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Bytes that live inside another object (a mapped file): `owner` keeps them alive.
+class BorrowedBuffer final : public Buffer {
+ public:
+  BorrowedBuffer(std::shared_ptr<const void> owner, void* ptr, size_t size)
+      : owner_(std::move(owner)), ptr_(ptr), size_(size) {}
+  void* data() override { return ptr_; }
+  size_t size() const override { return size_; }
+
+ private:
+  std::shared_ptr<const void> owner_;
+  void* ptr_;
+  size_t size_;
+};
+
+constexpr int kMaxDims = 4;
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // A fresh zero-filled contiguous host tensor.
+  static Tensor empty(DType dtype, std::initializer_list<int64_t> shape);
+  static Tensor empty(DType dtype, const int64_t* shape, int ndim);
+  // A contiguous view over `buf` starting at `offset` bytes.
+  static Tensor view_of(std::shared_ptr<Buffer> buf, size_t offset, DType dtype,
+                        const int64_t* shape, int ndim);
+
+  bool defined() const { return buf_ != nullptr; }
+  DType dtype() const { return dtype_; }
+  int ndim() const { return ndim_; }
+  int64_t dim(int i) const { return shape_[i < 0 ? i + ndim_ : i]; }
+  int64_t stride(int i) const { return stride_[i < 0 ? i + ndim_ : i]; }
+  const std::array<int64_t, kMaxDims>& shape() const { return shape_; }
+  int64_t numel() const;
+  size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
+  bool is_contiguous() const;
+  Device device() const { return buf_ ? buf_->device() : Device::CPU; }
+  const std::shared_ptr<Buffer>& buffer() const { return buf_; }
+
+  void* raw() const { return static_cast<char*>(buf_->data()) + offset_; }
+  template <typename T>
+  T* data() const { return static_cast<T*>(raw()); }
+
+  // Same bytes, new contiguous shape (numel must match; source contiguous).
+  Tensor reshape(std::initializer_list<int64_t> shape) const;
+  // Rows [begin, end) of the outermost dimension.
+  Tensor slice_rows(int64_t begin, int64_t end) const;
+
+  std::string shape_str() const;  // "[2, 64]"
+
+ private:
+  std::shared_ptr<Buffer> buf_;
+  size_t offset_ = 0;
+  DType dtype_ = DType::F32;
+  int ndim_ = 0;
+  std::array<int64_t, kMaxDims> shape_{};
+  std::array<int64_t, kMaxDims> stride_{};
+};
+
+}  // namespace augur
