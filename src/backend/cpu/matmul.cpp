@@ -1,0 +1,138 @@
+// matmul dispatch, the split over threads, and the scalar body (compiled for
+// baseline x86-64: nothing here may use a wider instruction set).
+#include "backend/cpu/matmul.h"
+
+#include <algorithm>
+
+#include "core/cpu_features.h"
+#include "core/error.h"
+
+namespace augur::cpu {
+
+namespace detail {
+
+namespace {
+
+inline float widen(float v) { return v; }
+inline float widen(uint16_t v) { return bf16_to_f32(v); }
+
+// One output of the scalar path: 8 partial sums, k ascending in steps of 8
+// (the last step zero-padded), a fixed pairwise sum — the same for every
+// output, so results do not depend on tiling. Kept out of line so that every
+// output runs the same instructions.
+template <typename WT>
+[[gnu::noinline]] float dot_scalar(const float* x, const WT* w, int64_t K) {
+  float acc[8] = {};
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += x[k + l] * widen(w[k + l]);
+  for (int l = 0; k + l < K; ++l) acc[l] += x[k + l] * widen(w[k + l]);
+  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+template <typename WT>
+void range_scalar(const float* x, int64_t M, int64_t K, int64_t ldx, const WT* w, float* y,
+                  int64_t ldy, int64_t n_begin, int64_t n_end) {
+  for (int64_t n = n_begin; n < n_end; ++n)
+    for (int64_t m = 0; m < M; ++m) y[m * ldy + n] = dot_scalar(x + m * ldx, w + n * K, K);
+}
+
+}  // namespace
+
+void matmul_range_scalar(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w,
+                         DType w_dtype, float* y, int64_t ldy, int64_t n_begin, int64_t n_end) {
+  if (w_dtype == DType::F32)
+    range_scalar(x, M, K, ldx, static_cast<const float*>(w), y, ldy, n_begin, n_end);
+  else
+    range_scalar(x, M, K, ldx, static_cast<const uint16_t*>(w), y, ldy, n_begin, n_end);
+}
+
+}  // namespace detail
+
+namespace {
+
+// Threads split N in units of this many columns (whole tiles, whole cache
+// lines of y); M is split too only when N has fewer units than threads.
+constexpr int64_t kColumnUnit = 16;
+// Below this many multiply-adds the fork costs more than it saves.
+constexpr int64_t kMinParallelMacs = 1 << 16;
+
+void run_split(detail::MatmulRangeFn fn, const float* x, int64_t M, int64_t K, int64_t ldx,
+               const void* w, DType w_dtype, int64_t N, float* y, int64_t ldy, ThreadPool& pool) {
+  AUGUR_ASSERT(M >= 0 && K >= 0 && N >= 0, "[matmul] negative size");
+  AUGUR_ASSERT(w_dtype == DType::BF16 || w_dtype == DType::F32, "[matmul] weights must be BF16 or F32");
+  AUGUR_ASSERT(M <= 1 || (ldx >= K && ldy >= N), "[matmul] row stride shorter than the row");
+  if (M == 0 || N == 0) return;
+  const int n_threads = pool.size();
+  if (n_threads == 1 || M * N * K < kMinParallelMacs) {
+    fn(x, M, K, ldx, w, w_dtype, y, ldy, 0, N);
+    return;
+  }
+  const int64_t units = (N + kColumnUnit - 1) / kColumnUnit;
+  const int tn = int(std::min<int64_t>(n_threads, units));
+  const int tm = int(std::min<int64_t>(n_threads / tn, M));
+  pool.run([&](int tid, int) {
+    if (tid >= tm * tn) return;
+    const int im = tid / tn, in = tid % tn;
+    const int64_t m0 = M * im / tm, m1 = M * (im + 1) / tm;
+    const int64_t n0 = std::min(N, units * in / tn * kColumnUnit);
+    const int64_t n1 = std::min(N, units * (in + 1) / tn * kColumnUnit);
+    if (m0 < m1 && n0 < n1) fn(x + m0 * ldx, m1 - m0, K, ldx, w, w_dtype, y + m0 * ldy, ldy, n0, n1);
+  });
+}
+
+}  // namespace
+
+bool matmul_path_supported(MatmulPath path) {
+  const CpuFeatures& f = cpu_features();
+  switch (path) {
+    case MatmulPath::Scalar: return true;
+    case MatmulPath::Avx2: return f.avx2 && f.fma;
+    case MatmulPath::Avx512: return f.avx512f && f.avx512bw;
+  }
+  return false;
+}
+
+MatmulPath matmul_path() {
+  static const MatmulPath path = matmul_path_supported(MatmulPath::Avx512) ? MatmulPath::Avx512
+                                 : matmul_path_supported(MatmulPath::Avx2) ? MatmulPath::Avx2
+                                                                           : MatmulPath::Scalar;
+  return path;
+}
+
+const char* matmul_path_name(MatmulPath path) {
+  switch (path) {
+    case MatmulPath::Scalar: return "scalar";
+    case MatmulPath::Avx2: return "avx2";
+    case MatmulPath::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+void matmul_scalar(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w,
+                   DType w_dtype, int64_t N, float* y, int64_t ldy, ThreadPool& pool) {
+  run_split(&detail::matmul_range_scalar, x, M, K, ldx, w, w_dtype, N, y, ldy, pool);
+}
+
+void matmul_avx2(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, DType w_dtype,
+                 int64_t N, float* y, int64_t ldy, ThreadPool& pool) {
+  AUGUR_ASSERT(matmul_path_supported(MatmulPath::Avx2), "[matmul] this CPU has no AVX2+FMA");
+  run_split(&detail::matmul_range_avx2, x, M, K, ldx, w, w_dtype, N, y, ldy, pool);
+}
+
+void matmul_avx512(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w,
+                   DType w_dtype, int64_t N, float* y, int64_t ldy, ThreadPool& pool) {
+  AUGUR_ASSERT(matmul_path_supported(MatmulPath::Avx512), "[matmul] this CPU has no AVX-512");
+  run_split(&detail::matmul_range_avx512, x, M, K, ldx, w, w_dtype, N, y, ldy, pool);
+}
+
+void matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, DType w_dtype,
+            int64_t N, float* y, int64_t ldy, ThreadPool& pool) {
+  switch (matmul_path()) {
+    case MatmulPath::Avx512: return matmul_avx512(x, M, K, ldx, w, w_dtype, N, y, ldy, pool);
+    case MatmulPath::Avx2: return matmul_avx2(x, M, K, ldx, w, w_dtype, N, y, ldy, pool);
+    case MatmulPath::Scalar: return matmul_scalar(x, M, K, ldx, w, w_dtype, N, y, ldy, pool);
+  }
+}
+
+}  // namespace augur::cpu

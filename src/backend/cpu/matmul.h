@@ -1,0 +1,62 @@
+// CPU matrix multiply y = x·wᵀ: f32 activations, bf16 or f32 weights.
+//
+// One body per instruction set (matmul_avx512.cpp, matmul_avx2.cpp, the scalar
+// one in matmul.cpp); matmul() picks one at run time from cpu_features(), so
+// AUGUR_CPU=avx2|scalar forces a path.
+//
+// Exactness: every y[m, n] is bit-identical whatever M, the tile or thread it
+// falls in and the thread count. Each output is one dot product whose order
+// over k depends only on K and the path: per output one vector accumulator of
+// L lanes (L = 16 avx512, 8 avx2 and scalar) takes k in ascending steps of L,
+// the last step zero-padded, then a fixed horizontal sum. Weights are widened
+// bf16 -> f32 exactly and multiplied in f32 (fused on the SIMD paths), so
+// accuracy is that of an f32 dot product.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+
+namespace augur::cpu {
+
+// y[m, n] = sum_k x[m, k] * w[n, k]     (x·wᵀ, PyTorch Linear layout)
+// x: f32 [M, K], row stride ldx; w: [N, K] contiguous rows, BF16 or F32;
+// y: f32 [M, N], row stride ldy. Split over N across `pool` (and over M when
+// N is too narrow to feed every thread).
+void matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, DType w_dtype,
+            int64_t N, float* y, int64_t ldy, ThreadPool& pool);
+
+enum class MatmulPath : uint8_t { Scalar, Avx2, Avx512 };
+
+// The path matmul() takes on this CPU (after AUGUR_CPU).
+MatmulPath matmul_path();
+bool matmul_path_supported(MatmulPath path);
+const char* matmul_path_name(MatmulPath path);
+
+// One path, forced (tests, benchmarks). Aborts if the CPU lacks it.
+void matmul_scalar(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w,
+                   DType w_dtype, int64_t N, float* y, int64_t ldy, ThreadPool& pool);
+void matmul_avx2(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, DType w_dtype,
+                 int64_t N, float* y, int64_t ldy, ThreadPool& pool);
+void matmul_avx512(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w,
+                   DType w_dtype, int64_t N, float* y, int64_t ldy, ThreadPool& pool);
+
+namespace detail {
+
+// The single-threaded body of one path: y[0:M, n_begin:n_end] (x and y
+// already offset to the first row of the caller's share).
+using MatmulRangeFn = void (*)(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w,
+                               DType w_dtype, float* y, int64_t ldy, int64_t n_begin,
+                               int64_t n_end);
+
+void matmul_range_scalar(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w,
+                         DType w_dtype, float* y, int64_t ldy, int64_t n_begin, int64_t n_end);
+void matmul_range_avx2(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w,
+                       DType w_dtype, float* y, int64_t ldy, int64_t n_begin, int64_t n_end);
+void matmul_range_avx512(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w,
+                         DType w_dtype, float* y, int64_t ldy, int64_t n_begin, int64_t n_end);
+
+}  // namespace detail
+
+}  // namespace augur::cpu

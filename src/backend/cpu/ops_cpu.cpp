@@ -1,0 +1,154 @@
+#include "backend/cpu/ops_cpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/thread_pool.h"
+
+namespace augur::cpu {
+
+namespace {
+
+// Enough work per chunk that a parallel region pays for its dispatch.
+constexpr int64_t kElemGrain = 1 << 14;
+
+}  // namespace
+
+void embedding(const void* table, DType dtype, int64_t d_model, std::span<const int32_t> ids,
+               float* out) {
+  for (size_t t = 0; t < ids.size(); ++t) {
+    float* dst = out + int64_t(t) * d_model;
+    if (dtype == DType::F32) {
+      std::memcpy(dst, static_cast<const float*>(table) + int64_t(ids[t]) * d_model,
+                  size_t(d_model) * 4);
+    } else {
+      const uint16_t* src = static_cast<const uint16_t*>(table) + int64_t(ids[t]) * d_model;
+      if (dtype == DType::BF16)
+        for (int64_t i = 0; i < d_model; ++i) dst[i] = bf16_to_f32(src[i]);
+      else
+        for (int64_t i = 0; i < d_model; ++i) dst[i] = f16_to_f32(src[i]);
+    }
+  }
+}
+
+// Reference: LlamaRMSNorm.forward (variance in f32, x * rsqrt(var + eps) * w).
+void rms_norm(const float* x, const float* w, float eps, int64_t M, int64_t D, float* y) {
+  ThreadPool::global().parallel_for(M, std::max<int64_t>(1, kElemGrain / D), [&](int64_t b, int64_t e) {
+    for (int64_t m = b; m < e; ++m) {
+      const float* xr = x + m * D;
+      float* yr = y + m * D;
+      double ss = 0;
+      for (int64_t i = 0; i < D; ++i) ss += double(xr[i]) * xr[i];
+      float inv = 1.0f / std::sqrt(float(ss / double(D)) + eps);
+      for (int64_t i = 0; i < D; ++i) yr[i] = w[i] * (xr[i] * inv);
+    }
+  });
+}
+
+void add_inplace(float* a, const float* b, int64_t n) {
+  ThreadPool::global().parallel_for(n, kElemGrain, [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) a[i] += b[i];
+  });
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  ThreadPool::global().parallel_for(n, kElemGrain, [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) {
+      float g = gate[i];
+      out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+  });
+}
+
+// Reference: apply_rotary_pos_emb with rotate_half; angles pos * inv_freq in f32
+// as transformers' RotaryEmbedding computes them.
+void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim,
+          std::span<const int32_t> positions, std::span<const float> inv_freq) {
+  const int64_t half = int64_t(inv_freq.size());
+  ThreadPool::global().parallel_for(n_tokens, std::max<int64_t>(1, 64 / n_head), [&](int64_t b, int64_t e) {
+    std::vector<float> cs(static_cast<size_t>(2 * half));
+    for (int64_t t = b; t < e; ++t) {
+      const float pos = float(positions[size_t(t)]);
+      for (int64_t i = 0; i < half; ++i) {
+        float angle = pos * inv_freq[size_t(i)];
+        cs[size_t(i)] = std::cos(angle);
+        cs[size_t(half + i)] = std::sin(angle);
+      }
+      for (int64_t h = 0; h < n_head; ++h) {
+        float* v = x + (t * n_head + h) * head_dim;
+        for (int64_t i = 0; i < half; ++i) {
+          float x1 = v[i], x2 = v[i + half];
+          float c = cs[size_t(i)], s = cs[size_t(half + i)];
+          v[i] = x1 * c - x2 * s;
+          v[i + half] = x2 * c + x1 * s;
+        }
+      }
+    }
+  });
+}
+
+void store_kv(const float* k, const float* v, int64_t kv_dim, std::span<const ops::AttnRow> rows,
+              int64_t block_size, float* k_cache, float* v_cache) {
+  for (const auto& row : rows) {
+    for (int32_t i = 0; i < row.n_tokens; ++i) {
+      int64_t p = row.pos0 + i;
+      int64_t slot = int64_t(row.block_table[size_t(p / block_size)]) * block_size + p % block_size;
+      int64_t t = row.token_begin + i;
+      std::memcpy(k_cache + slot * kv_dim, k + t * kv_dim, size_t(kv_dim) * 4);
+      std::memcpy(v_cache + slot * kv_dim, v + t * kv_dim, size_t(kv_dim) * 4);
+    }
+  }
+}
+
+// Reference: eager_attention_forward (softmax in f32 over scaled q·k, then ·v).
+void paged_attention(const float* q, const float* k_cache, const float* v_cache,
+                     int64_t block_size, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                     std::span<const ops::AttnRow> rows, float scale, int32_t window, float* out) {
+  // Flatten (row, token, head) into jobs; the token's row is found by lookup.
+  std::vector<int32_t> token_row;
+  for (size_t r = 0; r < rows.size(); ++r)
+    for (int32_t i = 0; i < rows[r].n_tokens; ++i) token_row.push_back(int32_t(r));
+  const int64_t n_tokens = int64_t(token_row.size());
+  const int64_t group = n_head / n_head_kv;
+  const int64_t kv_dim = n_head_kv * head_dim;
+  ThreadPool::global().parallel_for(n_tokens * n_head, 1, [&](int64_t jb, int64_t je) {
+    std::vector<float> scores;
+    std::vector<float> acc(static_cast<size_t>(head_dim));
+    for (int64_t job = jb; job < je; ++job) {
+      const int64_t t = job / n_head, h = job % n_head, kvh = h / group;
+      const ops::AttnRow& row = rows[size_t(token_row[size_t(t)])];
+      const int64_t p = row.pos0 + (t - row.token_begin);
+      const int64_t lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+      const float* qv = q + (t * n_head + h) * head_dim;
+      scores.resize(size_t(p - lo + 1));
+      float mx = -INFINITY;
+      for (int64_t j = lo; j <= p; ++j) {
+        int64_t slot = int64_t(row.block_table[size_t(j / block_size)]) * block_size + j % block_size;
+        const float* kv = k_cache + slot * kv_dim + kvh * head_dim;
+        float s = 0;
+        for (int64_t d = 0; d < head_dim; ++d) s += qv[d] * kv[d];
+        s *= scale;
+        scores[size_t(j - lo)] = s;
+        mx = std::max(mx, s);
+      }
+      float sum = 0;
+      for (auto& s : scores) {
+        s = std::exp(s - mx);
+        sum += s;
+      }
+      const float inv = 1.0f / sum;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t j = lo; j <= p; ++j) {
+        int64_t slot = int64_t(row.block_table[size_t(j / block_size)]) * block_size + j % block_size;
+        const float* vv = v_cache + slot * kv_dim + kvh * head_dim;
+        const float w = scores[size_t(j - lo)] * inv;
+        for (int64_t d = 0; d < head_dim; ++d) acc[size_t(d)] += w * vv[d];
+      }
+      std::memcpy(out + (t * n_head + h) * head_dim, acc.data(), size_t(head_dim) * 4);
+    }
+  });
+}
+
+}  // namespace augur::cpu

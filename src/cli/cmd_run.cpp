@@ -1,0 +1,137 @@
+// augur run MODEL_DIR --prompt-ids 1,2,3 [-n N] [sampling] [--json] [--logits-out FILE]
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "io/safetensors_writer.h"
+#include "runtime/runner.h"
+
+namespace augur::cli {
+
+std::vector<int32_t> parse_ids(const std::string& text, const char* option) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i <= text.size()) {
+    size_t j = text.find(',', i);
+    if (j == std::string::npos) j = text.size();
+    std::string part = text.substr(i, j - i);
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (part.empty() || used != part.size() || v < 0 || v > INT32_MAX)
+      fail("[cli] ", option, ": '", part, "' is not a token id (expected e.g. 1,2,3)");
+    ids.push_back(int32_t(v));
+    i = j + 1;
+  }
+  return ids;
+}
+
+namespace {
+
+struct RunArgs {
+  std::string model = AUGUR_DEFAULT_MODEL;
+  std::string prompt_ids;
+  int64_t max_tokens = 16;
+  SamplingParams sampling;
+  bool ignore_eos = false;
+  bool json = false;
+  std::string logits_out;
+  int threads = 0;
+  int64_t ctx = 0;
+  int64_t block_size = 16;
+  int64_t prefill_chunk = 512;
+};
+
+int run(const RunArgs& a) {
+  if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
+  if (a.prompt_ids.empty()) fail("[cli] run: give a prompt with --prompt-ids 1,2,3");
+  const std::vector<int32_t> prompt = parse_ids(a.prompt_ids, "--prompt-ids");
+  validate(a.sampling);
+  if (a.max_tokens < 0) fail("[cli] --max-tokens must be >= 0");
+
+  auto model = load_model(a.model);
+  const ModelInfo& info = model->info();
+  RunnerOptions ro;
+  ro.block_size = a.block_size;
+  ro.prefill_chunk = a.prefill_chunk;
+  ro.max_cached_tokens = a.ctx > 0 ? a.ctx : int64_t(prompt.size()) + a.max_tokens + 1;
+  if (int64_t(prompt.size()) + a.max_tokens > ro.max_cached_tokens)
+    fail("[cli] --ctx ", ro.max_cached_tokens, " cannot hold the prompt (", prompt.size(),
+         ") plus --max-tokens ", a.max_tokens);
+  Runner runner(*model, ro);
+  auto seq = runner.new_sequence();
+
+  GenerateOptions go;
+  go.max_tokens = a.max_tokens;
+  go.sampling = a.sampling;
+  if (!a.ignore_eos) go.stop_ids = info.eos_ids;
+  go.prompt_logits = !a.logits_out.empty();
+  if (!a.json)
+    go.on_token = [](int32_t t) {
+      std::printf("%d ", t);
+      std::fflush(stdout);
+      return true;
+    };
+  GenerateResult res = generate(runner, *seq, prompt, go);
+
+  if (!a.logits_out.empty()) write_safetensors(a.logits_out, {{"prompt_logits", res.prompt_logits}});
+  const double prefill_tps = res.prefill_seconds > 0 ? double(res.n_prompt) / res.prefill_seconds : 0;
+  const double decode_tps = res.decode_seconds > 0 ? double(res.n_decode_steps) / res.decode_seconds : 0;
+  if (a.json) {
+    nlohmann::json out = {
+        {"model", a.model},
+        {"model_type", info.model_type},
+        {"prompt_ids", prompt},
+        {"ids", res.ids},
+        {"finish_reason", res.finish_reason},
+        {"timings",
+         {{"prefill_tokens", res.n_prompt},
+          {"prefill_s", res.prefill_seconds},
+          {"prefill_tokens_per_s", prefill_tps},
+          {"decode_tokens", res.n_decode_steps},
+          {"decode_s", res.decode_seconds},
+          {"decode_tokens_per_s", decode_tps}}}};
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    std::printf("\n");
+    std::fprintf(stderr, "prefill: %lld tokens, %.1f tok/s | decode: %lld tokens, %.1f tok/s | %s\n",
+                 (long long)res.n_prompt, prefill_tps, (long long)res.n_decode_steps, decode_tps,
+                 res.finish_reason.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Handler add_run(CLI::App& app) {
+  auto a = std::make_shared<RunArgs>();
+  CLI::App* cmd = app.add_subcommand("run", "Generate tokens from a prompt");
+  cmd->add_option("model", a->model, "Model directory (config.json + safetensors)")->capture_default_str();
+  cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt as comma-separated token ids");
+  cmd->add_option("-n,--max-tokens", a->max_tokens, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--temperature", a->sampling.temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", a->sampling.top_k, "Keep the k most likely tokens (0 = off)");
+  cmd->add_option("--top-p", a->sampling.top_p, "Nucleus sampling mass (1 = off)");
+  cmd->add_option("--min-p", a->sampling.min_p, "Drop tokens below min-p x the top probability");
+  cmd->add_option("--repetition-penalty", a->sampling.repetition_penalty, "transformers-style (1 = off)");
+  cmd->add_option("--presence-penalty", a->sampling.presence_penalty, "OpenAI-style (0 = off)");
+  cmd->add_option("--frequency-penalty", a->sampling.frequency_penalty, "OpenAI-style (0 = off)");
+  cmd->add_option("--seed", a->sampling.seed, "Sampling seed");
+  cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the model's EOS tokens");
+  cmd->add_flag("--json", a->json, "Print one JSON object");
+  cmd->add_option("--logits-out", a->logits_out, "Write prompt_logits [n_prompt, n_vocab] as safetensors");
+  cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all cores)");
+  cmd->add_option("--ctx", a->ctx, "KV cache capacity in tokens (default: prompt + max tokens)");
+  cmd->add_option("--block-size", a->block_size, "Tokens per KV block")->capture_default_str();
+  cmd->add_option("--prefill-chunk", a->prefill_chunk, "Longest prompt chunk per forward")->capture_default_str();
+  return [a] { return run(*a); };
+}
+
+}  // namespace augur::cli

@@ -1,0 +1,153 @@
+#include "model/decoder.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/progress.h"
+#include "io/json_config.h"
+#include "model/layers.h"
+#include "model/rope.h"
+#include "model/weights.h"
+
+namespace augur {
+
+DecoderConfig read_decoder_config(const JsonConfig& cfg) {
+  DecoderConfig c;
+  c.d_model = cfg.get_int("hidden_size");
+  c.n_layer = cfg.get_int("num_hidden_layers");
+  c.n_head = cfg.get_int("num_attention_heads");
+  c.n_head_kv = cfg.get_int("num_key_value_heads", c.n_head);
+  c.d_ff = cfg.get_int("intermediate_size");
+  c.n_vocab = cfg.get_int("vocab_size");
+  c.max_position = cfg.get_int("max_position_embeddings", 0);
+  c.rms_eps = float(cfg.get_float("rms_norm_eps", 1e-6));
+  c.tie_embeddings = cfg.get_bool("tie_word_embeddings", false);
+  c.attention_bias = cfg.get_bool("attention_bias", false);
+  c.mlp_bias = cfg.get_bool("mlp_bias", false);
+  for (const char* key : {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"})
+    if (cfg.get_int(key) <= 0) cfg.error(key, "must be positive");
+  if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0)
+    cfg.error("num_key_value_heads", "must divide num_attention_heads (" + std::to_string(c.n_head) + ")");
+  if (cfg.has("head_dim") && !cfg.is_null("head_dim")) {
+    c.head_dim = cfg.get_int("head_dim");
+    if (c.head_dim <= 0) cfg.error("head_dim", "must be positive");
+  } else {
+    if (c.d_model % c.n_head != 0) cfg.error("hidden_size", "is not a multiple of num_attention_heads and no head_dim is given");
+    c.head_dim = c.d_model / c.n_head;
+  }
+  const std::string act = cfg.get_string("hidden_act", "silu");
+  if (act != "silu") cfg.error("hidden_act", "'" + act + "' is not supported (silu)");
+  c.inv_freq = rope_inv_freq(cfg, c.head_dim);
+  return c;
+}
+
+namespace {
+
+struct LayerWeights {
+  Tensor attn_norm;  // [d_model] f32
+  AttentionWeights attn;
+  Tensor mlp_norm;   // [d_model] f32
+  MlpWeights mlp;
+};
+
+class DecoderModel final : public Model {
+ public:
+  DecoderModel(const DecoderConfig& cfg, WeightSource& w, ModelInfo info) : cfg_(cfg) {
+    info_ = std::move(info);
+    const int64_t d = cfg.d_model, q_dim = cfg.n_head * cfg.head_dim, kv_dim = cfg.n_head_kv * cfg.head_dim;
+    Progress progress("loading weights", cfg.n_layer + 1);
+    embed_ = w.matrix("model.embed_tokens.weight", {cfg.n_vocab, d});  // [n_vocab, d_model]
+    for (int64_t i = 0; i < cfg.n_layer; ++i) {
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      LayerWeights l;
+      l.attn_norm = w.vector_f32(p + "input_layernorm.weight", d);
+      l.attn.wq = w.matrix(p + "self_attn.q_proj.weight", {q_dim, d});
+      l.attn.wk = w.matrix(p + "self_attn.k_proj.weight", {kv_dim, d});
+      l.attn.wv = w.matrix(p + "self_attn.v_proj.weight", {kv_dim, d});
+      l.attn.wo = w.matrix(p + "self_attn.o_proj.weight", {d, q_dim});
+      if (cfg.attention_bias) {
+        l.attn.bq = w.vector_f32(p + "self_attn.q_proj.bias", q_dim);
+        l.attn.bk = w.vector_f32(p + "self_attn.k_proj.bias", kv_dim);
+        l.attn.bv = w.vector_f32(p + "self_attn.v_proj.bias", kv_dim);
+        l.attn.bo = w.vector_f32(p + "self_attn.o_proj.bias", d);
+      }
+      if (cfg.qk_norm) {
+        l.attn.q_norm = w.vector_f32(p + "self_attn.q_norm.weight", cfg.head_dim);
+        l.attn.k_norm = w.vector_f32(p + "self_attn.k_norm.weight", cfg.head_dim);
+      }
+      l.mlp_norm = w.vector_f32(p + "post_attention_layernorm.weight", d);
+      l.mlp.gate = w.matrix(p + "mlp.gate_proj.weight", {cfg.d_ff, d});
+      l.mlp.up = w.matrix(p + "mlp.up_proj.weight", {cfg.d_ff, d});
+      l.mlp.down = w.matrix(p + "mlp.down_proj.weight", {d, cfg.d_ff});
+      if (cfg.mlp_bias) {
+        l.mlp.b_gate = w.vector_f32(p + "mlp.gate_proj.bias", cfg.d_ff);
+        l.mlp.b_up = w.vector_f32(p + "mlp.up_proj.bias", cfg.d_ff);
+        l.mlp.b_down = w.vector_f32(p + "mlp.down_proj.bias", d);
+      }
+      layers_.push_back(std::move(l));
+      progress.update(i + 1);
+    }
+    final_norm_ = w.vector_f32("model.norm.weight", d);
+    head_ = cfg.tie_embeddings ? embed_ : w.matrix("lm_head.weight", {cfg.n_vocab, d});
+    progress.update(cfg.n_layer + 1);
+
+    shape_.n_head = cfg.n_head;
+    shape_.n_head_kv = cfg.n_head_kv;
+    shape_.head_dim = cfg.head_dim;
+    shape_.scale = 1.0f / std::sqrt(float(cfg.head_dim));
+    shape_.norm_eps = cfg.rms_eps;
+
+    info_.n_layer = cfg.n_layer;
+    info_.d_model = d;
+    info_.n_vocab = cfg.n_vocab;
+    info_.max_position = cfg.max_position;
+    info_.n_params = w.n_params();
+    info_.weight_bytes = w.bytes();
+    // A decode step reads every matrix once, but only one row of the embedding.
+    int64_t read = int64_t(head_.nbytes()) + int64_t(embed_.nbytes() / size_t(cfg.n_vocab));
+    for (const auto& l : layers_)
+      for (const Tensor* t : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.mlp.gate, &l.mlp.up, &l.mlp.down})
+        read += int64_t(t->nbytes());
+    info_.decode_weight_bytes = read;
+    info_.kv = {cfg.n_layer, cfg.n_head_kv, cfg.head_dim};
+  }
+
+  // Reference: LlamaModel.forward / Qwen3Model.forward (pre-norm residual blocks).
+  void forward(std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits) override {
+    const BatchPlan plan = plan_batch(rows, cfg_.n_vocab, cfg_.max_position);
+    const int64_t T = plan.n_tokens(), d = cfg_.d_model;
+    if (logits.dim(0) != int64_t(plan.logit_tokens.size()) || logits.dim(-1) != cfg_.n_vocab)
+      fail("[forward] logits ", logits.shape_str(), " should be [", plan.logit_tokens.size(), ", ", cfg_.n_vocab, "]");
+    Tensor x = scratch_.get("x", {T, d});   // residual stream
+    Tensor h = scratch_.get("h", {T, d});   // normed input of a block
+    Tensor o = scratch_.get("o", {T, d});   // output of a block
+    ops::embedding(embed_, plan.tokens, x);
+    for (int64_t i = 0; i < cfg_.n_layer; ++i) {
+      const LayerWeights& l = layers_[size_t(i)];
+      ops::rms_norm(x, l.attn_norm, cfg_.rms_eps, h);
+      attention_block(h, l.attn, shape_, cfg_.inv_freq, plan, kv.layer(i), o, scratch_);
+      ops::add_inplace(x, o);
+      ops::rms_norm(x, l.mlp_norm, cfg_.rms_eps, h);
+      swiglu_mlp(h, l.mlp, o, scratch_);
+      ops::add_inplace(x, o);
+    }
+    output_logits(x, final_norm_, cfg_.rms_eps, head_, plan, logits, scratch_);
+  }
+
+ private:
+  DecoderConfig cfg_;
+  AttentionShape shape_;
+  Tensor embed_;       // [n_vocab, d_model]
+  std::vector<LayerWeights> layers_;
+  Tensor final_norm_;  // [d_model] f32
+  Tensor head_;        // [n_vocab, d_model]
+  Scratch scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_decoder_model(const DecoderConfig& cfg, WeightSource& weights, ModelInfo info) {
+  return std::make_unique<DecoderModel>(cfg, weights, std::move(info));
+}
+
+}  // namespace augur

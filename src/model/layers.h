@@ -1,0 +1,79 @@
+// Shared layers of decoder-only transformers. Family files compose these;
+// each block names the transformers function it reproduces.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "core/tensor.h"
+#include "model/model.h"
+
+namespace augur {
+
+// The flattened batch: tokens of all rows back to back.
+struct BatchPlan {
+  std::vector<int32_t> tokens;        // [n_tokens]
+  std::vector<int32_t> positions;     // [n_tokens]
+  std::vector<ops::AttnRow> rows;     // one per ForwardRow
+  std::vector<int32_t> logit_tokens;  // [n_out] batch indices whose logits are returned
+  int64_t n_tokens() const { return int64_t(tokens.size()); }
+};
+
+// Validates rows against the model (token ids < n_vocab, positions within
+// max_position) and flattens them.
+BatchPlan plan_batch(std::span<const ForwardRow> rows, int64_t n_vocab, int64_t max_position);
+
+// Reusable activation buffers of one model, keyed by a slot name; a buffer is
+// reallocated only when a larger shape is asked for.
+class Scratch {
+ public:
+  Tensor get(const std::string& slot, std::initializer_list<int64_t> shape);
+
+ private:
+  std::map<std::string, Tensor> buffers_;
+};
+
+struct AttentionWeights {
+  Tensor wq, wk, wv, wo;  // [n_head*head_dim, d_model], [n_head_kv*head_dim, d_model] x2, [d_model, n_head*head_dim]
+  Tensor bq, bk, bv, bo;  // optional biases, f32
+  Tensor q_norm, k_norm;  // optional per-head RMSNorm gains [head_dim], f32 (Qwen3)
+};
+
+struct AttentionShape {
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  float scale = 0;       // usually 1/sqrt(head_dim)
+  int32_t window = 0;    // sliding window, 0 = none
+  float norm_eps = 0;    // for q_norm / k_norm
+};
+
+// Self-attention of one layer (LlamaAttention / Qwen3Attention.forward):
+// project, optional per-head q/k norm, RoPE, write K/V, attend, project out.
+// x: [n_tokens, d_model] (already normed); out: [n_tokens, d_model]
+void attention_block(const Tensor& x, const AttentionWeights& w, const AttentionShape& shape,
+                     std::span<const float> inv_freq, const BatchPlan& plan,
+                     const ops::KvLayer& kv, const Tensor& out, Scratch& scratch);
+
+struct MlpWeights {
+  Tensor gate, up;  // [d_ff, d_model]
+  Tensor down;      // [d_model, d_ff]
+  Tensor b_gate, b_up, b_down;  // optional biases, f32
+};
+
+// LlamaMLP.forward: down(silu(gate(x)) * up(x)). x, out: [n_tokens, d_model]
+void swiglu_mlp(const Tensor& x, const MlpWeights& w, const Tensor& out, Scratch& scratch);
+
+// Final norm and LM head on the tokens whose logits were asked for.
+// x: [n_tokens, d_model]; head: [n_vocab, d_model]; logits: [n_out, n_vocab]
+void output_logits(const Tensor& x, const Tensor& norm, float eps, const Tensor& head,
+                   const BatchPlan& plan, const Tensor& logits, Scratch& scratch);
+
+// y += bias per row, when the bias is defined. y: [M, N]; bias: [N]
+void add_bias(const Tensor& y, const Tensor& bias);
+
+}  // namespace augur

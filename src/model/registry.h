@@ -1,0 +1,28 @@
+// Model families keyed by config.json's model_type.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/model.h"
+
+namespace augur {
+
+class JsonConfig;
+class WeightSource;
+
+// Builds a family's model from its config and weights; `info` arrives with the
+// identity fields (model_type, architecture, eos/bos ids) already set.
+using FamilyFactory = std::unique_ptr<Model> (*)(const JsonConfig& cfg, WeightSource& weights, ModelInfo info);
+
+// nullptr when no family has that model_type.
+FamilyFactory find_family(std::string_view model_type);
+std::vector<std::string> family_names();
+
+// One line per family (defined in the family's file).
+std::unique_ptr<Model> make_llama(const JsonConfig&, WeightSource&, ModelInfo);
+std::unique_ptr<Model> make_qwen3(const JsonConfig&, WeightSource&, ModelInfo);
+
+}  // namespace augur

@@ -1,0 +1,120 @@
+#include "model/weights.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "io/checkpoint.h"
+
+namespace augur {
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+Tensor widen_f16(const Tensor& t) {
+  Tensor out = Tensor::empty(DType::F32, t.shape().data(), t.ndim());
+  const uint16_t* src = t.data<uint16_t>();
+  float* dst = out.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) dst[i] = f16_to_f32(src[i]);
+  return out;
+}
+
+float to_f32(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::F32: return t.data<float>()[i];
+    case DType::BF16: return bf16_to_f32(t.data<uint16_t>()[i]);
+    case DType::F16: return f16_to_f32(t.data<uint16_t>()[i]);
+    default: AUGUR_ASSERT(false, "non-float weight");
+  }
+  return 0;
+}
+
+class CheckpointWeights final : public WeightSource {
+ public:
+  explicit CheckpointWeights(std::shared_ptr<const Checkpoint> ckpt) : ckpt_(std::move(ckpt)) {}
+  bool has(std::string_view name) const override { return ckpt_->has(name); }
+
+ protected:
+  Tensor fetch(std::string_view name, const std::vector<int64_t>& shape, bool) override {
+    if (!ckpt_->has(name)) fail("[weights] ", ckpt_->dir(), ": missing tensor '", name, "'");
+    const TensorInfo& info = ckpt_->info(name);
+    if (info.shape != shape)
+      fail("[weights] ", info.file, ": tensor '", name, "' has shape ", shape_str(info.shape),
+           ", expected ", shape_str(shape));
+    if (info.dtype != DType::F32 && info.dtype != DType::BF16 && info.dtype != DType::F16)
+      fail("[weights] ", info.file, ": tensor '", name, "' has dtype ", dtype_name(info.dtype),
+           ", expected a float type");
+    return ckpt_->get(name);
+  }
+
+ private:
+  std::shared_ptr<const Checkpoint> ckpt_;
+};
+
+class SyntheticWeights final : public WeightSource {
+ public:
+  explicit SyntheticWeights(uint64_t seed) : seed_(seed) {}
+  bool has(std::string_view) const override { return true; }
+
+ protected:
+  Tensor fetch(std::string_view name, const std::vector<int64_t>& shape, bool is_vector) override {
+    Tensor t = Tensor::empty(DType::BF16, shape.data(), int(shape.size()));
+    uint16_t* dst = t.data<uint16_t>();
+    const float amp = is_vector ? 0.1f : std::sqrt(3.0f / float(shape.back()));
+    const float center = is_vector ? 1.0f : 0.0f;
+    const uint64_t base = seed_ * 0x9E3779B97F4A7C15ull + std::hash<std::string_view>{}(name);
+    // Chunks are seeded by index, so the values do not depend on the thread count.
+    constexpr int64_t kChunk = 1 << 16;
+    const int64_t n = t.numel(), n_chunks = (n + kChunk - 1) / kChunk;
+    ThreadPool::global().parallel_for(n_chunks, 1, [&](int64_t cb, int64_t ce) {
+      for (int64_t c = cb; c < ce; ++c) {
+        uint64_t s = base ^ (uint64_t(c) * 0xD1B54A32D192ED03ull);
+        for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) {
+          s ^= s << 13; s ^= s >> 7; s ^= s << 17;  // xorshift64
+          float u = float(s >> 40) * (1.0f / float(1 << 24)) * 2.0f - 1.0f;
+          dst[i] = f32_to_bf16(center + amp * u);
+        }
+      }
+    });
+    return t;
+  }
+
+ private:
+  uint64_t seed_;
+};
+
+}  // namespace
+
+Tensor WeightSource::matrix(std::string_view name, std::initializer_list<int64_t> shape) {
+  Tensor t = fetch(name, std::vector<int64_t>(shape), false);
+  n_params_ += t.numel();
+  bytes_ += int64_t(t.nbytes());
+  return t.dtype() == DType::F16 ? widen_f16(t) : t;
+}
+
+Tensor WeightSource::vector_f32(std::string_view name, int64_t n, float add) {
+  Tensor t = fetch(name, {n}, true);
+  n_params_ += t.numel();
+  bytes_ += int64_t(t.nbytes());
+  Tensor out = Tensor::empty(DType::F32, {n});
+  for (int64_t i = 0; i < n; ++i) out.data<float>()[i] = to_f32(t, i) + add;
+  return out;
+}
+
+std::unique_ptr<WeightSource> checkpoint_weights(std::shared_ptr<const Checkpoint> ckpt) {
+  return std::make_unique<CheckpointWeights>(std::move(ckpt));
+}
+
+std::unique_ptr<WeightSource> synthetic_weights(uint64_t seed) {
+  return std::make_unique<SyntheticWeights>(seed);
+}
+
+}  // namespace augur

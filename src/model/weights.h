@@ -1,0 +1,49 @@
+// Where a family gets its weights: a checkpoint on disk, or random values of
+// the right shapes made in memory (synthetic benchmarks). Families ask by
+// canonical name and expected shape; a missing tensor or a shape that does not
+// match is an error naming the tensor and where it was looked for.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace augur {
+
+class Checkpoint;
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual bool has(std::string_view name) const = 0;
+
+  // A weight used by matmul/embedding: bf16 and f32 stay as stored (zero-copy
+  // for a checkpoint); f16 is widened to f32.
+  Tensor matrix(std::string_view name, std::initializer_list<int64_t> shape);
+  // A 1-D gain or bias as an f32 copy, with `add` added to every element
+  // (1 + γ norm conventions).
+  Tensor vector_f32(std::string_view name, int64_t n, float add = 0.0f);
+
+  int64_t n_params() const { return n_params_; }
+  int64_t bytes() const { return bytes_; }
+
+ protected:
+  // The stored tensor of that name, checked against `shape`.
+  virtual Tensor fetch(std::string_view name, const std::vector<int64_t>& shape, bool is_vector) = 0;
+
+ private:
+  int64_t n_params_ = 0;
+  int64_t bytes_ = 0;
+};
+
+std::unique_ptr<WeightSource> checkpoint_weights(std::shared_ptr<const Checkpoint> ckpt);
+// Matrices ~ U(-a, a) with a = sqrt(3 / fan_in) (std 1/sqrt(fan_in)), vectors
+// near 1, as bf16; deterministic for a seed.
+std::unique_ptr<WeightSource> synthetic_weights(uint64_t seed);
+
+}  // namespace augur

@@ -1,0 +1,76 @@
+// A model with its KV cache and block pool: runs forwards over sequences, and
+// generation on top.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "runtime/sampler.h"
+#include "runtime/sequence.h"
+
+namespace augur {
+
+struct RunnerOptions {
+  int64_t max_cached_tokens = 4096;  // KV capacity over all sequences
+  int64_t block_size = 16;           // tokens per KV block
+  int64_t prefill_chunk = 512;       // longest run of tokens in one forward
+};
+
+class Runner {
+ public:
+  Runner(Model& model, const RunnerOptions& opts);
+  Model& model() { return *model_; }
+  KvCache& kv() { return kv_; }
+  BlockPool& pool() { return pool_; }
+  const RunnerOptions& options() const { return opts_; }
+
+  std::unique_ptr<Sequence> new_sequence() { return std::make_unique<Sequence>(pool_, kv_); }
+
+  // One forward over several sequences: row i appends tokens[i] to seqs[i]
+  // and asks for the logits of its last n_logits[i] tokens.
+  // Returns [sum n_logits, n_vocab] f32, rows in order.
+  Tensor step(std::span<Sequence* const> seqs, std::span<const std::span<const int32_t>> tokens,
+              std::span<const int32_t> n_logits);
+
+  // Appends a run of tokens to one sequence in chunks of prefill_chunk.
+  // Returns the logits of the last token [1, n_vocab], or of every token
+  // [n_tokens, n_vocab] when all_logits.
+  Tensor feed(Sequence& seq, std::span<const int32_t> tokens, bool all_logits = false);
+
+ private:
+  Model* model_;
+  RunnerOptions opts_;
+  KvCache kv_;
+  BlockPool pool_;
+};
+
+struct GenerateOptions {
+  int64_t max_tokens = 16;
+  SamplingParams sampling;
+  std::vector<int32_t> stop_ids;     // generation ends after emitting one of these
+  bool prompt_logits = false;        // keep the logits at every prompt position
+  // Called with each new token; returning false stops generation.
+  std::function<bool(int32_t)> on_token;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> ids;          // generated tokens
+  Tensor prompt_logits;              // [n_prompt, n_vocab] when asked for
+  std::string finish_reason;         // "length" | "stop"
+  int64_t n_prompt = 0;
+  int64_t n_decode_steps = 0;        // forwards after the prompt
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+};
+
+// Feeds `prompt` into `seq` (which may already hold a prefix) and samples up
+// to max_tokens tokens.
+GenerateResult generate(Runner& runner, Sequence& seq, std::span<const int32_t> prompt,
+                        const GenerateOptions& opts);
+
+}  // namespace augur

@@ -1,0 +1,107 @@
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace augur {
+
+void validate(const SamplingParams& p) {
+  if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature))
+    fail("[sampling] temperature must be >= 0, got ", p.temperature);
+  if (p.top_k < 0) fail("[sampling] top_k must be >= 0, got ", p.top_k);
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) fail("[sampling] top_p must be in (0, 1], got ", p.top_p);
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) fail("[sampling] min_p must be in [0, 1], got ", p.min_p);
+  if (!(p.repetition_penalty > 0.0f) || !std::isfinite(p.repetition_penalty))
+    fail("[sampling] repetition_penalty must be > 0, got ", p.repetition_penalty);
+  if (!std::isfinite(p.presence_penalty) || !std::isfinite(p.frequency_penalty))
+    fail("[sampling] presence/frequency penalties must be finite");
+}
+
+int32_t argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[size_t(best)]) best = int32_t(i);
+  return best;
+}
+
+std::vector<std::pair<float, int32_t>> top_k(std::span<const float> logits, int32_t k) {
+  std::vector<std::pair<float, int32_t>> all(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) all[i] = {logits[i], int32_t(i)};
+  const size_t n = std::min(all.size(), size_t(std::max(k, 0)));
+  auto before = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  std::partial_sort(all.begin(), all.begin() + long(n), all.end(), before);
+  all.resize(n);
+  return all;
+}
+
+Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) { validate(p); }
+
+double Sampler::uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
+
+int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt,
+                        std::span<const int32_t> generated) {
+  const int32_t n_vocab = int32_t(logits.size());
+  // RepetitionPenaltyLogitsProcessor: divide positive logits, multiply negative ones.
+  if (p_.repetition_penalty != 1.0f) {
+    auto penalize = [&](int32_t t) {
+      float& l = logits[size_t(t)];
+      l = l > 0 ? l / p_.repetition_penalty : l * p_.repetition_penalty;
+    };
+    counts_.assign(size_t(n_vocab), 0);
+    for (auto span : {prompt, generated})
+      for (int32_t t : span)
+        if (t >= 0 && t < n_vocab && counts_[size_t(t)]++ == 0) penalize(t);
+  }
+  if (p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) {
+    counts_.assign(size_t(n_vocab), 0);
+    for (int32_t t : generated)
+      if (t >= 0 && t < n_vocab) ++counts_[size_t(t)];
+    for (int32_t t = 0; t < n_vocab; ++t)
+      if (counts_[size_t(t)] > 0)
+        logits[size_t(t)] -= p_.presence_penalty + p_.frequency_penalty * float(counts_[size_t(t)]);
+  }
+  if (p_.temperature == 0.0f) return argmax(logits);
+
+  // Candidates sorted by logit; top-k keeps a prefix.
+  const int32_t k = p_.top_k > 0 ? std::min(p_.top_k, n_vocab) : n_vocab;
+  cand_ = top_k(logits, k);
+  // Softmax of logits / temperature over the candidates.
+  const float inv_t = 1.0f / p_.temperature;
+  const float mx = cand_[0].first * inv_t;
+  double sum = 0;
+  for (auto& c : cand_) {
+    c.first = std::exp(c.first * inv_t - mx);
+    sum += c.first;
+  }
+  for (auto& c : cand_) c.first = float(c.first / sum);
+  // TopPLogitsWarper: keep the smallest prefix whose mass reaches top_p (at least one).
+  if (p_.top_p < 1.0f) {
+    double mass = 0;
+    size_t keep = 0;
+    while (keep < cand_.size()) {
+      mass += cand_[keep].first;
+      ++keep;
+      if (mass >= p_.top_p) break;
+    }
+    cand_.resize(keep);
+  }
+  // MinPLogitsWarper: drop tokens below min_p times the top probability.
+  if (p_.min_p > 0.0f) {
+    const float floor = p_.min_p * cand_[0].first;
+    size_t keep = 1;
+    while (keep < cand_.size() && cand_[keep].first >= floor) ++keep;
+    cand_.resize(keep);
+  }
+  double total = 0;
+  for (const auto& c : cand_) total += c.first;
+  double r = uniform() * total;
+  for (const auto& c : cand_) {
+    r -= c.first;
+    if (r < 0) return c.second;
+  }
+  return cand_.back().second;
+}
+
+}  // namespace augur

@@ -1,0 +1,49 @@
+// Turns a row of logits into a token: penalties, then temperature, top-k,
+// top-p, min-p (the order of transformers' logits processors), then a draw.
+// Temperature 0 is greedy. Same seed, same output.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace augur {
+
+struct SamplingParams {
+  float temperature = 0.0f;        // 0: greedy (argmax)
+  int32_t top_k = 0;               // 0: off
+  float top_p = 1.0f;              // 1: off
+  float min_p = 0.0f;              // 0: off
+  float repetition_penalty = 1.0f; // over prompt + generated tokens (transformers)
+  float presence_penalty = 0.0f;   // over generated tokens (OpenAI)
+  float frequency_penalty = 0.0f;  // over generated tokens (OpenAI)
+  uint64_t seed = 0;
+};
+
+// Throws augur::Error naming the field when a parameter is out of range.
+void validate(const SamplingParams& p);
+
+// Index of the largest logit (the first on ties, as torch.argmax).
+int32_t argmax(std::span<const float> logits);
+
+// The k largest (value, index), sorted descending; ties by lower index.
+std::vector<std::pair<float, int32_t>> top_k(std::span<const float> logits, int32_t k);
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& p);
+  // logits: [n_vocab], modified in place. prompt/generated: the row's history.
+  int32_t sample(std::span<float> logits, std::span<const int32_t> prompt,
+                 std::span<const int32_t> generated);
+  const SamplingParams& params() const { return p_; }
+
+ private:
+  double uniform();  // [0, 1)
+  SamplingParams p_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> cand_;
+  std::vector<int32_t> counts_;
+};
+
+}  // namespace augur

@@ -1,0 +1,130 @@
+#include "runtime/sequence.h"
+
+#include "core/error.h"
+
+namespace augur {
+
+BlockPool::BlockPool(int64_t n_blocks) : refs_(size_t(n_blocks), 0) {
+  for (int64_t i = n_blocks - 1; i >= 0; --i) free_.push_back(int32_t(i));
+}
+
+int32_t BlockPool::allocate() {
+  if (free_.empty()) fail("[kv_cache] out of KV blocks (", refs_.size(), " in all); raise the context size");
+  int32_t id = free_.back();
+  free_.pop_back();
+  refs_[size_t(id)] = 1;
+  return id;
+}
+
+void BlockPool::retain(int32_t id) {
+  AUGUR_ASSERT(refs_[size_t(id)] > 0, "retain of a free block");
+  ++refs_[size_t(id)];
+}
+
+void BlockPool::release(int32_t id) {
+  AUGUR_ASSERT(refs_[size_t(id)] > 0, "release of a free block");
+  if (--refs_[size_t(id)] == 0) free_.push_back(id);
+}
+
+Sequence::Sequence(BlockPool& pool, KvCache& kv) : pool_(&pool), kv_(&kv) {}
+
+Sequence::~Sequence() { release_all(); }
+
+void Sequence::release_all() {
+  for (int32_t b : blocks_) pool_->release(b);
+  blocks_.clear();
+}
+
+void Sequence::reserve(int64_t n) {
+  const int64_t bs = kv_->block_size();
+  const int64_t len = length();
+  // The block holding position `len` may be shared with a snapshot: copy it
+  // before writing into it. Blocks wholly before `len` are never written.
+  const int64_t first = len / bs;
+  if (n > 0 && len % bs != 0 && first < int64_t(blocks_.size())) {
+    int32_t& b = blocks_[size_t(first)];
+    if (pool_->refcount(b) > 1) {
+      int32_t copy = pool_->allocate();
+      kv_->copy_block(b, copy);
+      pool_->release(b);
+      b = copy;
+    }
+  }
+  const int64_t need = (len + n + bs - 1) / bs;
+  while (int64_t(blocks_.size()) < need) blocks_.push_back(pool_->allocate());
+}
+
+void Sequence::append(std::span<const int32_t> tokens) {
+  AUGUR_ASSERT(int64_t(blocks_.size()) * kv_->block_size() >= length() + int64_t(tokens.size()),
+               "append without reserve");
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+}
+
+void Sequence::truncate(int64_t length) {
+  AUGUR_ASSERT(length >= 0 && length <= this->length(), "truncate beyond the end");
+  tokens_.resize(size_t(length));
+  const int64_t keep = (length + kv_->block_size() - 1) / kv_->block_size();
+  while (int64_t(blocks_.size()) > keep) {
+    pool_->release(blocks_.back());
+    blocks_.pop_back();
+  }
+}
+
+SequenceSnapshot Sequence::capture() const {
+  SequenceSnapshot s;
+  s.pool_ = pool_;
+  const int64_t used = (length() + kv_->block_size() - 1) / kv_->block_size();
+  s.blocks_.assign(blocks_.begin(), blocks_.begin() + used);
+  for (int32_t b : s.blocks_) pool_->retain(b);
+  s.tokens_ = tokens_;
+  return s;
+}
+
+void Sequence::restore(const SequenceSnapshot& snap) {
+  AUGUR_ASSERT(snap.pool_ == pool_, "snapshot of another block pool");
+  for (int32_t b : snap.blocks_) pool_->retain(b);
+  release_all();
+  blocks_ = snap.blocks_;
+  tokens_ = snap.tokens_;
+}
+
+void SequenceSnapshot::drop() {
+  if (pool_)
+    for (int32_t b : blocks_) pool_->release(b);
+  blocks_.clear();
+  tokens_.clear();
+}
+
+SequenceSnapshot::~SequenceSnapshot() { drop(); }
+
+SequenceSnapshot::SequenceSnapshot(const SequenceSnapshot& o)
+    : pool_(o.pool_), blocks_(o.blocks_), tokens_(o.tokens_) {
+  if (pool_)
+    for (int32_t b : blocks_) pool_->retain(b);
+}
+
+SequenceSnapshot& SequenceSnapshot::operator=(const SequenceSnapshot& o) {
+  if (this != &o) {
+    SequenceSnapshot copy(o);
+    *this = std::move(copy);
+  }
+  return *this;
+}
+
+SequenceSnapshot::SequenceSnapshot(SequenceSnapshot&& o) noexcept
+    : pool_(o.pool_), blocks_(std::move(o.blocks_)), tokens_(std::move(o.tokens_)) {
+  o.pool_ = nullptr;
+}
+
+SequenceSnapshot& SequenceSnapshot::operator=(SequenceSnapshot&& o) noexcept {
+  if (this != &o) {
+    drop();
+    pool_ = o.pool_;
+    blocks_ = std::move(o.blocks_);
+    tokens_ = std::move(o.tokens_);
+    o.pool_ = nullptr;
+  }
+  return *this;
+}
+
+}  // namespace augur
