@@ -52,6 +52,9 @@ int bench(const BenchArgs& a) {
   ThreadPool& pool = ThreadPool::global();
   if (a.synthetic.empty()) fail("[bench] give --synthetic NAME");
   if (a.prompt <= 0 || a.gen <= 0) fail("[bench] --prompt and --gen must be positive");
+  const auto names = synthetic_model_names();
+  if (std::find(names.begin(), names.end(), a.synthetic) == names.end())
+    make_synthetic_model(a.synthetic);  // throws, listing the known shapes
 
   std::fprintf(stderr, "measuring copy bandwidth (%d threads)...\n", pool.size());
   const double copy_bw = measure_copy_bandwidth(pool);

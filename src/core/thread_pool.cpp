@@ -19,7 +19,8 @@ int available_cores() {
   return n ? int(n) : 1;
 }
 
-constexpr int kSpinIterations = 1 << 16;
+// About 100 µs of spinning before a thread sleeps on a futex.
+constexpr int kSpinIterations = 1 << 12;
 
 std::mutex g_pool_mutex;
 std::unique_ptr<ThreadPool> g_pool;
@@ -53,7 +54,7 @@ void ThreadPool::worker(int tid) {
     seen = g;
     if (stop_.load()) return;
     (*job_)(tid, n_threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
   }
 }
 
@@ -67,7 +68,10 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
   fn(0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
+  // Spin briefly (the workers usually finish together), then sleep: when the
+  // machine is oversubscribed a spinning caller would starve the workers.
+  for (int i = 0; i < kSpinIterations && pending_.load(std::memory_order_acquire) != 0; ++i) _mm_pause();
+  for (int p; (p = pending_.load(std::memory_order_acquire)) != 0;) pending_.wait(p, std::memory_order_acquire);
   job_ = nullptr;
 }
 

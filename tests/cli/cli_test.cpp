@@ -1,0 +1,250 @@
+// End-to-end tests through the real `augur` binary: output formats, golden
+// logits through --logits-out, and clear errors (non-zero exit, a message
+// naming the file and the problem) on malformed checkpoints.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "io/safetensors.h"
+
+namespace augur {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kData = AUGUR_TEST_DATA;
+const std::string kAugur = std::string(AUGUR_BINARY_DIR) + "/bin/augur";
+
+struct Result {
+  int status;
+  std::string out;  // stdout + stderr
+};
+
+Result run(const std::string& args) {
+  std::string cmd = kAugur + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  Result r{-1, ""};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+// A scratch model directory that starts as a copy of a fixture.
+struct TempModel {
+  fs::path dir;
+  explicit TempModel(const std::string& family) {
+    dir = fs::temp_directory_path() / ("augur_cli_" + family + "_" + std::to_string(::getpid()) + "_" +
+                                       std::to_string(counter()++));
+    fs::create_directories(dir);
+    for (const char* f : {"config.json", "generation_config.json", "model.safetensors"})
+      fs::copy_file(fs::path(kData) / family / f, dir / f);
+    fs::permissions(dir / "model.safetensors", fs::perms::owner_write, fs::perm_options::add);
+    fs::permissions(dir / "config.json", fs::perms::owner_write, fs::perm_options::add);
+  }
+  ~TempModel() { fs::remove_all(dir); }
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+  std::string path() const { return dir.string(); }
+  void write(const std::string& name, const std::string& bytes) const {
+    std::ofstream(dir / name, std::ios::binary) << bytes;
+  }
+  std::string read(const std::string& name) const {
+    std::ifstream in(dir / name, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+};
+
+// Rebuilds model.safetensors with its header JSON edited by `edit`.
+void edit_header(const TempModel& m, const std::function<void(nlohmann::json&)>& edit,
+                 const std::string& extra_bytes = "") {
+  std::string bytes = m.read("model.safetensors");
+  uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  auto header = nlohmann::json::parse(bytes.substr(8, n));
+  std::string data = bytes.substr(8 + n);
+  edit(header);
+  std::string h = header.dump();
+  while (h.size() % 8) h += ' ';
+  uint64_t hn = h.size();
+  std::string out(reinterpret_cast<const char*>(&hn), 8);
+  m.write("model.safetensors", out + h + data + extra_bytes);
+}
+
+void expect_error(const Result& r, std::initializer_list<std::string> parts) {
+  EXPECT_NE(r.status, 0) << r.out;
+  for (const auto& p : parts) EXPECT_NE(r.out.find(p), std::string::npos) << "missing '" << p << "' in: " << r.out;
+  EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+}
+
+TEST(Cli, RunJsonHasIdsAndTimings) {
+  Result r = run("run " + kData + "/qwen3 --prompt-ids 175,196,25,502,67,211,407,103,348,185,398 -n 12 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_EQ(j["prompt_ids"].size(), 11u);
+  // The reference greedy continuation (reference.safetensors greedy_0).
+  EXPECT_EQ(j["ids"], nlohmann::json({243, 174, 174, 174, 243, 243, 243, 243, 94, 94, 94, 94}));
+  EXPECT_GT(j["timings"]["prefill_tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(j["timings"]["decode_tokens_per_s"].get<double>(), 0);
+}
+
+TEST(Cli, RunDefaultsToTheBuiltInModel) {
+  Result r = run("run --prompt-ids 23,72,345,366,42 -n 12");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("458 298 330 243 413 9 207 226 501 413 212 212"), std::string::npos) << r.out;
+}
+
+TEST(Cli, LogitsOutMatchesTheReference) {
+  const fs::path out = fs::temp_directory_path() / ("augur_logits_" + std::to_string(::getpid()) + ".safetensors");
+  Result r = run("run " + kData + "/llama --prompt-ids 185,398,23,72 -n 1 --logits-out " + out.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto got_file = SafetensorsFile::open(out.string());
+  auto ref_file = SafetensorsFile::open(kData + "/llama/reference.safetensors");
+  Tensor got = got_file->tensor(*got_file->find("prompt_logits"));
+  Tensor want = ref_file->tensor(*ref_file->find("logits_1"));
+  ASSERT_EQ(got.shape(), want.shape());
+  for (int64_t i = 0; i < want.numel(); ++i) ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-3f) << i;
+  fs::remove(out);
+}
+
+TEST(Cli, SamplingIsReproducibleWithASeed) {
+  const std::string args = "run --prompt-ids 1,2,3 -n 16 --temperature 0.9 --top-p 0.95 --top-k 50 --seed 5 --json";
+  Result a = run(args), b = run(args);
+  ASSERT_EQ(a.status, 0) << a.out;
+  EXPECT_EQ(nlohmann::json::parse(a.out)["ids"], nlohmann::json::parse(b.out)["ids"]);
+}
+
+TEST(Cli, InspectReportsArchitectureAndMemory) {
+  Result r = run("inspect " + kData + "/qwen3 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["model_type"], "qwen3");
+  EXPECT_EQ(j["architecture"], "Qwen3ForCausalLM");
+  EXPECT_EQ(j["n_layer"], 2);
+  EXPECT_GT(j["n_params"].get<int64_t>(), 0);
+  EXPECT_EQ(j["dtypes"]["BF16"]["tensors"], 24);
+  Result text = run("inspect " + kData + "/llama");
+  EXPECT_EQ(text.status, 0);
+  EXPECT_NE(text.out.find("LlamaForCausalLM"), std::string::npos);
+}
+
+TEST(Cli, BadArgumentsAreClearErrors) {
+  expect_error(run("run --prompt-ids 1,x,3"), {"--prompt-ids", "'x'"});
+  expect_error(run("run --prompt-ids 1,2 --top-p 0"), {"top_p"});
+  expect_error(run("run --prompt-ids 1,99999"), {"99999", "vocabulary"});
+  expect_error(run("run /nonexistent/model --prompt-ids 1"), {"/nonexistent/model"});
+  expect_error(run("bench --synthetic nope"), {"nope", "qwen3-0.6b"});
+}
+
+// --- malformed checkpoints: each exits non-zero naming the file and problem ---
+
+TEST(CliMalformed, HeaderLengthBeyondFile) {
+  TempModel m("qwen3");
+  std::string bytes = m.read("model.safetensors");
+  uint64_t huge = 9000000000000000000ull;
+  std::memcpy(bytes.data(), &huge, 8);
+  m.write("model.safetensors", bytes);
+  expect_error(run("run " + m.path() + " --prompt-ids 1"), {"model.safetensors", "header length"});
+}
+
+TEST(CliMalformed, BadJson) {
+  TempModel m("qwen3");
+  std::string bytes = m.read("model.safetensors");
+  bytes[9] = '#';
+  m.write("model.safetensors", bytes);
+  expect_error(run("run " + m.path() + " --prompt-ids 1"), {"model.safetensors", "JSON"});
+}
+
+TEST(CliMalformed, OffsetsOutsideTheData) {
+  TempModel m("qwen3");
+  edit_header(m, [](nlohmann::json& h) { h["model.norm.weight"]["data_offsets"][1] = 1u << 30; });
+  expect_error(run("run " + m.path() + " --prompt-ids 1"), {"model.safetensors", "model.norm.weight"});
+}
+
+TEST(CliMalformed, OverlappingTensors) {
+  TempModel m("qwen3");
+  edit_header(m, [](nlohmann::json& h) {
+    h["model.norm.weight"]["data_offsets"] = h["model.layers.0.input_layernorm.weight"]["data_offsets"];
+  });
+  expect_error(run("run " + m.path() + " --prompt-ids 1"), {"model.safetensors", "overlap"});
+}
+
+TEST(CliMalformed, SizeNotMatchingShape) {
+  TempModel m("qwen3");
+  edit_header(m, [](nlohmann::json& h) { h["model.norm.weight"]["shape"] = {65}; });
+  expect_error(run("run " + m.path() + " --prompt-ids 1"), {"model.safetensors", "model.norm.weight"});
+}
+
+TEST(CliMalformed, DuplicateNames) {
+  TempModel m("qwen3");
+  std::string bytes = m.read("model.safetensors");
+  uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  std::string header = bytes.substr(8, n);
+  // Repeat the first entry under the same name, by text (JSON objects can't).
+  const size_t start = header.find('"', 1);
+  const size_t end = header.find('}', start) + 1;
+  std::string entry = header.substr(start, end - start);
+  header.insert(start, entry + ",");
+  while (header.size() % 8) header += ' ';
+  uint64_t hn = header.size();
+  m.write("model.safetensors", std::string(reinterpret_cast<const char*>(&hn), 8) + header + bytes.substr(8 + n));
+  expect_error(run("run " + m.path() + " --prompt-ids 1"), {"model.safetensors", "duplicate"});
+}
+
+TEST(CliMalformed, WrongShapeForTheModel) {
+  TempModel m("qwen3");
+  nlohmann::json cfg = nlohmann::json::parse(m.read("config.json"));
+  cfg["intermediate_size"] = 96;
+  m.write("config.json", cfg.dump());
+  expect_error(run("run " + m.path() + " --prompt-ids 1"), {"gate_proj", "shape"});
+}
+
+TEST(CliMalformed, MissingShard) {
+  TempModel m("qwen3");
+  fs::rename(m.dir / "model.safetensors", m.dir / "model-00001-of-00002.safetensors");
+  nlohmann::json index = {{"metadata", nlohmann::json::object()}, {"weight_map", nlohmann::json::object()}};
+  auto f = SafetensorsFile::open((m.dir / "model-00001-of-00002.safetensors").string());
+  for (const auto& t : f->tensors()) index["weight_map"][t.name] = "model-00001-of-00002.safetensors";
+  index["weight_map"]["lm_head.weight"] = "model-00002-of-00002.safetensors";
+  m.write("model.safetensors.index.json", index.dump());
+  expect_error(run("run " + m.path() + " --prompt-ids 1"), {"model-00002-of-00002.safetensors"});
+}
+
+TEST(CliMalformed, UnknownModelTypeListsSupported) {
+  TempModel m("qwen3");
+  nlohmann::json cfg = nlohmann::json::parse(m.read("config.json"));
+  cfg["model_type"] = "mamba9";
+  m.write("config.json", cfg.dump());
+  expect_error(run("run " + m.path() + " --prompt-ids 1"), {"config.json", "mamba9", "llama", "qwen3"});
+}
+
+TEST(CliMalformed, MissingOrContradictoryConfigField) {
+  TempModel m("qwen3");
+  nlohmann::json cfg = nlohmann::json::parse(m.read("config.json"));
+  cfg.erase("hidden_size");
+  m.write("config.json", cfg.dump());
+  expect_error(run("run " + m.path() + " --prompt-ids 1"), {"config.json", "hidden_size"});
+  cfg = nlohmann::json::parse(TempModel("qwen3").read("config.json"));
+  cfg["num_key_value_heads"] = 3;
+  m.write("config.json", cfg.dump());
+  expect_error(run("run " + m.path() + " --prompt-ids 1"), {"config.json", "num_key_value_heads"});
+}
+
+TEST(CliMalformed, TruncatedFile) {
+  TempModel m("qwen3");
+  std::string bytes = m.read("model.safetensors");
+  m.write("model.safetensors", bytes.substr(0, bytes.size() / 2));
+  expect_error(run("run " + m.path() + " --prompt-ids 1"), {"model.safetensors"});
+}
+
+}  // namespace
+}  // namespace augur

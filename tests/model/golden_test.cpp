@@ -1,0 +1,124 @@
+// Golden tests: logits and greedy continuations against the transformers
+// reference (tests/data/<family>/reference.safetensors, made by
+// shared/tools/make_fixtures.py with transformers 5.17 in float32).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <string>
+
+#include "io/safetensors.h"
+#include "model/model.h"
+
+namespace augur {
+namespace {
+
+const std::string kData = AUGUR_TEST_DATA;
+
+struct Reference {
+  std::shared_ptr<SafetensorsFile> file;
+  Tensor get(const std::string& name) const {
+    const TensorInfo* info = file->find(name);
+    EXPECT_NE(info, nullptr) << name;
+    return file->tensor(*info);
+  }
+  std::vector<int32_t> ids(const std::string& name) const {
+    Tensor t = get(name);
+    return std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + t.numel());
+  }
+};
+
+// Logits at every position of `prompt` (one row, one forward).
+Tensor forward_all(Model& model, const std::vector<int32_t>& prompt, int64_t block_size = 16) {
+  const int64_t n = int64_t(prompt.size());
+  KvCache kv(model.info().kv, (n + block_size - 1) / block_size, block_size);
+  std::vector<int32_t> table(size_t(kv.n_blocks()));
+  std::iota(table.begin(), table.end(), 0);
+  ForwardRow row{prompt, 0, table, int32_t(n)};
+  Tensor logits = Tensor::empty(DType::F32, {n, model.info().n_vocab});
+  model.forward({&row, 1}, kv, logits);
+  return logits;
+}
+
+float max_abs_diff(const float* a, const float* b, int64_t n) {
+  float m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+// Greedy continuation by incremental decode over the paged cache.
+std::vector<int32_t> greedy(Model& model, std::vector<int32_t> prompt, int steps) {
+  const int64_t bs = 4;  // small blocks: continuations cross block boundaries
+  const int64_t cap = int64_t(prompt.size()) + steps;
+  KvCache kv(model.info().kv, (cap + bs - 1) / bs, bs);
+  std::vector<int32_t> table(size_t(kv.n_blocks()));
+  std::iota(table.begin(), table.end(), 0);
+  const int64_t V = model.info().n_vocab;
+  std::vector<int32_t> out;
+  std::vector<int32_t> feed = prompt;
+  int32_t pos = 0;
+  for (int s = 0; s < steps; ++s) {
+    ForwardRow row{feed, pos, table, 1};
+    Tensor logits = Tensor::empty(DType::F32, {1, V});
+    model.forward({&row, 1}, kv, logits);
+    pos += int32_t(feed.size());
+    const float* l = logits.data<float>();
+    int32_t best = int32_t(std::max_element(l, l + V) - l);
+    out.push_back(best);
+    feed = {best};
+  }
+  return out;
+}
+
+class Golden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Golden, PromptLogitsMatchReference) {
+  const std::string dir = kData + "/" + GetParam();
+  auto model = load_model(dir);
+  Reference ref{SafetensorsFile::open(dir + "/reference.safetensors")};
+  const int64_t V = model->info().n_vocab;
+  for (int i = 0; ref.file->find("prompt_" + std::to_string(i)); ++i) {
+    auto prompt = ref.ids("prompt_" + std::to_string(i));
+    Tensor want = ref.get("logits_" + std::to_string(i));
+    ASSERT_EQ(want.dim(0), int64_t(prompt.size()));
+    ASSERT_EQ(want.dim(1), V);
+    Tensor got = forward_all(*model, prompt);
+    float err = max_abs_diff(got.data<float>(), want.data<float>(), want.numel());
+    EXPECT_LT(err, 1e-3f) << GetParam() << " case " << i;
+    RecordProperty("max_abs_err_case_" + std::to_string(i), std::to_string(err));
+    std::printf("[golden] %s case %d: max |logit - reference| = %.3g\n", GetParam().c_str(), i, err);
+  }
+}
+
+TEST_P(Golden, GreedyContinuationsMatchReference) {
+  const std::string dir = kData + "/" + GetParam();
+  auto model = load_model(dir);
+  Reference ref{SafetensorsFile::open(dir + "/reference.safetensors")};
+  int n_cases = 0;
+  for (int i = 0; ref.file->find("prompt_" + std::to_string(i)); ++i, ++n_cases) {
+    auto want = ref.ids("greedy_" + std::to_string(i));
+    auto got = greedy(*model, ref.ids("prompt_" + std::to_string(i)), int(want.size()));
+    EXPECT_EQ(got, want) << GetParam() << " case " << i;
+  }
+  EXPECT_GE(n_cases, 1);
+}
+
+TEST_P(Golden, LongPromptLastLogitsMatchReference) {
+  const std::string dir = kData + "/" + GetParam();
+  Reference ref{SafetensorsFile::open(dir + "/reference.safetensors")};
+  if (!ref.file->find("prompt_long")) GTEST_SKIP() << "no long prompt in this fixture";
+  auto model = load_model(dir);
+  auto prompt = ref.ids("prompt_long");
+  Tensor want = ref.get("logits_long_last8");  // [8, n_vocab]
+  Tensor got = forward_all(*model, prompt);
+  const int64_t V = model->info().n_vocab, n = int64_t(prompt.size());
+  float err = max_abs_diff(got.data<float>() + (n - 8) * V, want.data<float>(), 8 * V);
+  std::printf("[golden] %s long (%lld tokens): max |logit - reference| over the last 8 = %.3g\n",
+              GetParam().c_str(), (long long)n, err);
+  EXPECT_LT(err, 1e-3f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, Golden, ::testing::Values("llama", "qwen3"));
+
+}  // namespace
+}  // namespace augur
