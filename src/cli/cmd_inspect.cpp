@@ -32,9 +32,7 @@ int inspect(const std::string& dir, bool json, int64_t ctx) {
     e.first += 1;
     e.second += int64_t(t.nbytes);
   }
-  LoadOptions lo;
-  lo.progress = false;
-  auto model = load_model(dir, lo);
+  auto model = load_model(dir);
   const ModelInfo& info = model->info();
   const int64_t kv_bytes = info.kv.bytes_per_token() * ctx;
   if (json) {

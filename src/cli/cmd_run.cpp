@@ -101,6 +101,7 @@ int run(const RunArgs& a) {
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf("\n");
+    std::fflush(stdout);
     std::fprintf(stderr, "prefill: %lld tokens, %.1f tok/s | decode: %lld tokens, %.1f tok/s | %s\n",
                  (long long)res.n_prompt, prefill_tps, (long long)res.n_decode_steps, decode_tps,
                  res.finish_reason.c_str());

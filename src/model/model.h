@@ -77,13 +77,10 @@ class Model {
   ModelInfo info_;
 };
 
-struct LoadOptions {
-  bool progress = true;
-};
-
-// Loads a Hugging Face checkpoint directory (config.json + safetensors).
-// Unknown model_type is an error listing the supported ones.
-std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opts = {});
+// Loads a Hugging Face checkpoint directory (config.json + safetensors),
+// showing progress on a terminal. Unknown model_type is an error listing the
+// supported ones.
+std::unique_ptr<Model> load_model(const std::string& dir);
 
 // A model of a known shape with random weights made in memory, for benchmarks
 // (see synthetic_model_names()).

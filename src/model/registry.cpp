@@ -45,7 +45,7 @@ std::vector<std::string> family_names() {
   return names;
 }
 
-std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions&) {
+std::unique_ptr<Model> load_model(const std::string& dir) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(dir)) fail("[model] ", dir, ": not a model directory");
   const JsonConfig cfg = JsonConfig::load((fs::path(dir) / "config.json").string());
