@@ -1,5 +1,7 @@
-// augur run MODEL_DIR --prompt-ids 1,2,3 [-n N] [sampling] [--json] [--logits-out FILE]
+// augur run MODEL_DIR (--prompt-ids 1,2,3 | -p TEXT | --chat TEXT) [-n N] [sampling]
+//           [--stop S]... [--json] [--logits-out FILE]
 #include <cstdio>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -8,6 +10,7 @@
 #include "core/thread_pool.h"
 #include "io/safetensors_writer.h"
 #include "runtime/runner.h"
+#include "text.h"
 
 namespace augur::cli {
 
@@ -38,6 +41,10 @@ namespace {
 struct RunArgs {
   std::string model = AUGUR_DEFAULT_MODEL;
   std::string prompt_ids;
+  std::string prompt;               // raw text
+  std::string chat;                 // one user turn through the chat template
+  std::string system;               // optional system message for --chat
+  std::vector<std::string> stops;
   int64_t max_tokens = 16;
   SamplingParams sampling;
   bool ignore_eos = false;
@@ -51,9 +58,26 @@ struct RunArgs {
 
 int run(const RunArgs& a) {
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
-  if (a.prompt_ids.empty()) fail("[cli] run: give a prompt with --prompt-ids 1,2,3");
-  const std::vector<int32_t> prompt = parse_ids(a.prompt_ids, "--prompt-ids");
+  const int given = int(!a.prompt_ids.empty()) + int(!a.prompt.empty()) + int(!a.chat.empty());
+  if (given != 1) fail("[cli] run: give exactly one of --prompt-ids 1,2,3, --prompt TEXT or --chat TEXT");
   validate(a.sampling);
+  std::optional<TextModel> text;
+  std::vector<int32_t> prompt;
+  if (!a.prompt_ids.empty()) {
+    prompt = parse_ids(a.prompt_ids, "--prompt-ids");
+  } else {
+    text.emplace(TextModel::load(a.model));
+    if (!a.prompt.empty()) {
+      prompt = text->encode_prompt(a.prompt);
+    } else {
+      nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+      if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
+      messages.push_back({{"role", "user"}, {"content", a.chat}});
+      prompt = text->encode_chat(messages, true);
+    }
+    if (prompt.empty()) fail("[cli] run: the prompt encodes to no tokens");
+  }
+  if (!a.stops.empty() && !text) fail("[cli] --stop needs a text prompt (--prompt or --chat)");
   if (a.max_tokens < 0) fail("[cli] --max-tokens must be >= 0");
 
   auto model = load_model(a.model);
@@ -73,13 +97,19 @@ int run(const RunArgs& a) {
   go.sampling = a.sampling;
   if (!a.ignore_eos) go.stop_ids = info.eos_ids;
   go.prompt_logits = !a.logits_out.empty();
-  if (!a.json)
+  std::optional<TextSink> sink;
+  if (text) {
+    sink.emplace(text->tokenizer, a.stops, /*print=*/!a.json);
+    go.on_token = [&](int32_t t) { return sink->push(t); };
+  } else if (!a.json) {
     go.on_token = [](int32_t t) {
       std::printf("%d ", t);
       std::fflush(stdout);
       return true;
     };
+  }
   GenerateResult res = generate(runner, *seq, prompt, go);
+  if (sink) sink->finish();
 
   if (!a.logits_out.empty()) write_safetensors(a.logits_out, {{"prompt_logits", res.prompt_logits}});
   const double prefill_tps = res.prefill_seconds > 0 ? double(res.n_prompt) / res.prefill_seconds : 0;
@@ -98,6 +128,7 @@ int run(const RunArgs& a) {
           {"decode_tokens", res.n_decode_steps},
           {"decode_s", res.decode_seconds},
           {"decode_tokens_per_s", decode_tps}}}};
+    if (sink) out["text"] = sink->text();
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf("\n");
@@ -116,6 +147,10 @@ Handler add_run(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "Generate tokens from a prompt");
   cmd->add_option("model", a->model, "Model directory (config.json + safetensors)")->capture_default_str();
   cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt as comma-separated token ids");
+  cmd->add_option("-p,--prompt", a->prompt, "Prompt as raw text (encoded with the model's tokenizer)");
+  cmd->add_option("--chat", a->chat, "One user turn, rendered through the model's chat template");
+  cmd->add_option("--system", a->system, "System message for --chat");
+  cmd->add_option("--stop", a->stops, "Stop when the output contains this text (repeatable)");
   cmd->add_option("-n,--max-tokens", a->max_tokens, "Tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", a->sampling.temperature, "0 = greedy")->capture_default_str();
   cmd->add_option("--top-k", a->sampling.top_k, "Keep the k most likely tokens (0 = off)");

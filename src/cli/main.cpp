@@ -1,4 +1,4 @@
-// augur: run | inspect | bench
+// augur: run | chat | inspect | bench | tokenize
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   add(augur::cli::add_run);
   add(augur::cli::add_inspect);
   add(augur::cli::add_bench);
+  add(augur::cli::add_tokenize);
+  add(augur::cli::add_chat);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
