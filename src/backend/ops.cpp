@@ -1,6 +1,13 @@
 #include "backend/ops.h"
 
+#include <algorithm>
+#include <initializer_list>
+#include <utility>
+#include <vector>
+
+#include "backend/cpu/linear_attn_cpu.h"
 #include "backend/cpu/matmul.h"
+#include "backend/cpu/moe_cpu.h"
 #include "backend/cpu/ops_cpu.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -24,6 +31,10 @@ void require_cpu_f32(const char* op, const Tensor& t, const char* name) {
 }
 
 int64_t rows_of(const Tensor& t) { return t.ndim() == 0 ? 1 : t.numel() / t.dim(-1); }
+
+void require_all_cpu_f32(const char* op, std::initializer_list<std::pair<const Tensor*, const char*>> ts) {
+  for (const auto& [t, name] : ts) require_cpu_f32(op, *t, name);
+}
 
 }  // namespace
 
@@ -136,6 +147,187 @@ void paged_attention(const Tensor& q, const KvLayer& cache, std::span<const Attn
   require(out.numel() == q.numel(), "paged_attention", "out ", out.shape_str(), " vs q ", q.shape_str());
   cpu::paged_attention(q.data<float>(), cache.k.data<float>(), cache.v.data<float>(), cache.k.dim(1),
                        n_head, n_head_kv, head_dim, rows, scale, window, out.data<float>());
+}
+
+
+// ---- Linear attention ---------------------------------------------------------
+
+void slice_cols(const Tensor& x, int64_t begin, const Tensor& y) {
+  require_cpu_f32("slice_cols", x, "x");
+  require_cpu_f32("slice_cols", y, "y");
+  const int64_t N = x.dim(-1), n = y.dim(-1), M = rows_of(x);
+  require(begin >= 0 && begin + n <= N && rows_of(y) == M, "slice_cols", "columns [", begin, ", ",
+          begin + n, ") of x ", x.shape_str(), " do not fit y ", y.shape_str());
+  cpu::slice_cols(x.data<float>(), M, N, begin, n, y.data<float>());
+}
+
+namespace {
+
+// Rows tile [0, n_tokens) in order and use distinct slots in [0, n_slots).
+void check_recurrent_rows(const char* op, std::span<const RecurrentRow> rows, int64_t n_tokens,
+                          int64_t n_slots) {
+  std::vector<bool> used(static_cast<size_t>(std::max<int64_t>(n_slots, 0)), false);
+  int64_t next = -1;
+  for (const auto& r : rows) {
+    require(r.n_tokens >= 0 && r.token_begin >= 0 && int64_t(r.token_begin) + r.n_tokens <= n_tokens, op,
+            "row tokens [", r.token_begin, ", ", int64_t(r.token_begin) + r.n_tokens, ") outside the batch of ",
+            n_tokens);
+    require(r.token_begin >= next, op, "rows must be in token order and must not overlap");
+    next = int64_t(r.token_begin) + r.n_tokens;
+    require(r.slot >= 0 && r.slot < n_slots, op, "state slot ", r.slot, " outside [0, ", n_slots, ")");
+    require(!used[size_t(r.slot)], op, "state slot ", r.slot, " used by two rows of one batch");
+    used[size_t(r.slot)] = true;
+  }
+}
+
+}  // namespace
+
+void causal_conv1d(const Tensor& x, const Tensor& w, std::span<const RecurrentRow> rows,
+                   const Tensor& conv_state, bool silu, const Tensor& out) {
+  require_cpu_f32("causal_conv1d", x, "x");
+  require_cpu_f32("causal_conv1d", w, "w");
+  require_cpu_f32("causal_conv1d", conv_state, "conv_state");
+  require_cpu_f32("causal_conv1d", out, "out");
+  require(x.ndim() == 2 && w.ndim() == 2 && conv_state.ndim() == 3, "causal_conv1d",
+          "x must be [n_tokens, C], w [C, K], conv_state [n_slots, K-1, C]; got ", x.shape_str(), ", ",
+          w.shape_str(), ", ", conv_state.shape_str());
+  const int64_t C = x.dim(1), K = w.dim(1);
+  require(w.dim(0) == C && K >= 1 && conv_state.dim(1) == K - 1 && conv_state.dim(2) == C, "causal_conv1d",
+          "x ", x.shape_str(), ", w ", w.shape_str(), ", conv_state ", conv_state.shape_str(), " disagree");
+  require(out.shape() == x.shape() && out.ndim() == 2, "causal_conv1d", "out ", out.shape_str(), " vs x ",
+          x.shape_str());
+  require(out.raw() != x.raw(), "causal_conv1d", "out must not alias x");
+  check_recurrent_rows("causal_conv1d", rows, x.dim(0), conv_state.dim(0));
+  cpu::causal_conv1d(x.data<float>(), w.data<float>(), C, K, rows, conv_state.data<float>(), silu,
+                     out.data<float>());
+}
+
+void l2norm(const Tensor& x, float eps, const Tensor& y) {
+  require_cpu_f32("l2norm", x, "x");
+  require_cpu_f32("l2norm", y, "y");
+  require(x.numel() == y.numel() && x.dim(-1) == y.dim(-1), "l2norm", "x ", x.shape_str(), " vs y ",
+          y.shape_str());
+  cpu::l2norm(x.data<float>(), eps, rows_of(x), x.dim(-1), y.data<float>());
+}
+
+void delta_rule_gates(const Tensor& a, const Tensor& b, const Tensor& a_log, const Tensor& dt_bias,
+                      const Tensor& g, const Tensor& beta) {
+  const char* op = "delta_rule_gates";
+  require_all_cpu_f32(op, {{&a, "a"}, {&b, "b"}, {&a_log, "a_log"}, {&dt_bias, "dt_bias"}, {&g, "g"},
+                          {&beta, "beta"}});
+  const int64_t H = a.dim(-1), T = rows_of(a);
+  require(a_log.numel() == H && dt_bias.numel() == H && b.numel() == a.numel() && g.numel() == a.numel() &&
+              beta.numel() == a.numel(),
+          op, "a ", a.shape_str(), ", b ", b.shape_str(), ", a_log ", a_log.shape_str(), ", dt_bias ",
+          dt_bias.shape_str(), ", g ", g.shape_str(), ", beta ", beta.shape_str(), " disagree");
+  cpu::delta_rule_gates(a.data<float>(), b.data<float>(), a_log.data<float>(), dt_bias.data<float>(), T, H,
+                        g.data<float>(), beta.data<float>());
+}
+
+namespace {
+
+cpu::DeltaRuleDims check_delta_rule(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& g, const Tensor& beta, std::span<const RecurrentRow> rows,
+                                    const Tensor& state, const Tensor& out) {
+  require_all_cpu_f32(op, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&g, "g"}, {&beta, "beta"}, {&state, "state"},
+                          {&out, "out"}});
+  require(q.ndim() == 3 && v.ndim() == 3 && state.ndim() == 4, op,
+          "q, k must be [n_tokens, n_head_k, head_dim_k], v [n_tokens, n_head, head_dim_v], state "
+          "[n_slots, n_head, head_dim_k, head_dim_v]; got ",
+          q.shape_str(), ", ", v.shape_str(), ", ", state.shape_str());
+  cpu::DeltaRuleDims d{q.dim(1), v.dim(1), q.dim(2), v.dim(2)};
+  const int64_t T = q.dim(0);
+  require(k.shape() == q.shape() && v.dim(0) == T && d.n_head_k > 0 && d.n_head % d.n_head_k == 0, op,
+          "q ", q.shape_str(), ", k ", k.shape_str(), ", v ", v.shape_str(),
+          " disagree (n_head must be a multiple of n_head_k)");
+  require(g.numel() == T * d.n_head && beta.numel() == T * d.n_head, op, "g ", g.shape_str(), " / beta ",
+          beta.shape_str(), " should hold [", T, ", ", d.n_head, "]");
+  require(state.dim(1) == d.n_head && state.dim(2) == d.head_dim_k && state.dim(3) == d.head_dim_v, op,
+          "state ", state.shape_str(), " does not fit q ", q.shape_str(), " / v ", v.shape_str());
+  require(out.shape() == v.shape() && out.ndim() == 3, op, "out ", out.shape_str(), " vs v ", v.shape_str());
+  check_recurrent_rows(op, rows, T, state.dim(0));
+  return d;
+}
+
+}  // namespace
+
+void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                const Tensor& beta, float scale, std::span<const RecurrentRow> rows,
+                                const Tensor& state, const Tensor& out) {
+  const auto d = check_delta_rule("gated_delta_rule_recurrent", q, k, v, g, beta, rows, state, out);
+  cpu::gated_delta_rule_recurrent(q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(),
+                                  beta.data<float>(), scale, d, rows, state.data<float>(), out.data<float>());
+}
+
+void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                              const Tensor& beta, float scale, int64_t chunk_size,
+                              std::span<const RecurrentRow> rows, const Tensor& state, const Tensor& out) {
+  const auto d = check_delta_rule("gated_delta_rule_chunked", q, k, v, g, beta, rows, state, out);
+  require(chunk_size >= 1 && chunk_size <= 1024, "gated_delta_rule_chunked", "chunk_size ", chunk_size,
+          " outside [1, 1024]");
+  cpu::gated_delta_rule_chunked(q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(),
+                                beta.data<float>(), scale, chunk_size, d, rows, state.data<float>(),
+                                out.data<float>());
+}
+
+void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, const Tensor& y) {
+  require_cpu_f32("gated_rms_norm", x, "x");
+  require_cpu_f32("gated_rms_norm", z, "z");
+  require_cpu_f32("gated_rms_norm", w, "w");
+  require_cpu_f32("gated_rms_norm", y, "y");
+  const int64_t D = x.dim(-1);
+  require(w.numel() == D && z.numel() == x.numel() && y.numel() == x.numel() && z.dim(-1) == D &&
+              y.dim(-1) == D,
+          "gated_rms_norm", "x ", x.shape_str(), ", z ", z.shape_str(), ", w ", w.shape_str(), ", y ",
+          y.shape_str(), " disagree");
+  cpu::gated_rms_norm(x.data<float>(), z.data<float>(), w.data<float>(), eps, rows_of(x), D, y.data<float>());
+}
+
+void sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& y) {
+  require_cpu_f32("sigmoid_mul", x, "x");
+  require_cpu_f32("sigmoid_mul", gate, "gate");
+  require_cpu_f32("sigmoid_mul", y, "y");
+  const int64_t N = x.dim(-1), M = rows_of(x);
+  const bool per_row = gate.numel() == M && gate.dim(-1) == 1 && N != 1;
+  require(y.numel() == x.numel() && (gate.numel() == x.numel() || per_row), "sigmoid_mul", "x ",
+          x.shape_str(), ", gate ", gate.shape_str(), ", y ", y.shape_str(), " disagree");
+  cpu::sigmoid_mul(x.data<float>(), gate.data<float>(), per_row, M, N, y.data<float>());
+}
+
+// ---- Mixture of experts ---------------------------------------------------------
+
+void moe_route(const Tensor& logits, int64_t top_k, bool normalize, const Tensor& weights, const Tensor& ids) {
+  require_cpu_f32("moe_route", logits, "logits");
+  require_cpu_f32("moe_route", weights, "weights");
+  require(ids.defined() && ids.device() == Device::CPU && ids.dtype() == DType::I32 && ids.is_contiguous(),
+          "moe_route", "ids must be a contiguous I32 host tensor");
+  const int64_t E = logits.dim(-1), T = rows_of(logits);
+  require(top_k >= 1 && top_k <= E, "moe_route", "top_k ", top_k, " outside [1, ", E, "]");
+  require(weights.numel() == T * top_k && ids.numel() == T * top_k, "moe_route", "weights ",
+          weights.shape_str(), " / ids ", ids.shape_str(), " should be [", T, ", ", top_k, "]");
+  cpu::moe_route(logits.data<float>(), T, E, top_k, normalize, weights.data<float>(), ids.data<int32_t>());
+}
+
+void gather_rows(const Tensor& x, std::span<const int32_t> idx, const Tensor& out) {
+  require_cpu_f32("gather_rows", x, "x");
+  require_cpu_f32("gather_rows", out, "out");
+  const int64_t N = x.dim(-1), M = rows_of(x);
+  require(out.dim(-1) == N && rows_of(out) == int64_t(idx.size()), "gather_rows", "out ", out.shape_str(),
+          " should be [", idx.size(), ", ", N, "]");
+  for (int32_t i : idx) require(i >= 0 && i < M, "gather_rows", "row ", i, " outside [0, ", M, ")");
+  cpu::gather_rows(x.data<float>(), N, idx, out.data<float>());
+}
+
+void scatter_add_rows(const Tensor& x, std::span<const int32_t> idx, std::span<const float> scale,
+                      const Tensor& out) {
+  require_cpu_f32("scatter_add_rows", x, "x");
+  require_cpu_f32("scatter_add_rows", out, "out");
+  const int64_t N = out.dim(-1), M = rows_of(out);
+  require(x.dim(-1) == N && rows_of(x) == int64_t(idx.size()) && scale.size() == idx.size(),
+          "scatter_add_rows", "x ", x.shape_str(), " with ", idx.size(), " indices and ", scale.size(),
+          " scales does not fit out ", out.shape_str());
+  for (int32_t i : idx) require(i >= 0 && i < M, "scatter_add_rows", "row ", i, " outside [0, ", M, ")");
+  cpu::scatter_add_rows(x.data<float>(), N, idx, scale, out.data<float>());
 }
 
 }  // namespace augur::ops

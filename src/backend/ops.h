@@ -62,4 +62,85 @@ void store_kv(const Tensor& k, const Tensor& v, std::span<const AttnRow> rows, c
 void paged_attention(const Tensor& q, const KvLayer& cache, std::span<const AttnRow> rows,
                      float scale, int32_t window, const Tensor& out);
 
+// ---- Linear attention (Gated DeltaNet) -------------------------------------
+
+// y[m, :] = x[m, begin : begin + n]: a block of columns.  x: [M, N] f32; y: [M, n] f32
+void slice_cols(const Tensor& x, int64_t begin, const Tensor& y);
+
+// One row of a flattened batch as the recurrent ops see it: tokens
+// [token_begin, token_begin + n_tokens) continue the state held in `slot`.
+struct RecurrentRow {
+  int32_t token_begin;
+  int32_t n_tokens;
+  int32_t slot;
+};
+
+// Recurrent state of one linear-attention layer, one slot per live sequence.
+struct RecurrentLayer {
+  Tensor conv;   // [n_slots, conv_tail, conv_dim] f32: the last K-1 inputs of the conv
+  Tensor state;  // [n_slots, n_head, head_dim_k, head_dim_v] f32: the delta-rule matrix
+};
+
+// Causal depthwise conv1d over each row's tokens, continuing the inputs kept in
+// its slot, then SiLU when `silu` (causal_conv1d_update / causal_conv1d_fn):
+//   out[t, c] = sum_j w[c, j] * in[t - (K-1) + j, c]
+// where `in` is the row's kept tail followed by its tokens. Leaves the last K-1
+// inputs of each row in its slot. Rows must use distinct slots.
+// x, out: [n_tokens, C] f32 (distinct); w: [C, K] f32; conv_state: [n_slots, K-1, C] f32
+void causal_conv1d(const Tensor& x, const Tensor& w, std::span<const RecurrentRow> rows,
+                   const Tensor& conv_state, bool silu, const Tensor& out);
+
+// Per row: y = x / sqrt(sum(x²) + eps) (FLA's l2norm).  x, y: [M, D] f32 (may alias)
+void l2norm(const Tensor& x, float eps, const Tensor& y);
+
+// Gates of the gated delta rule (Qwen3NextGatedDeltaNet.forward):
+//   g = -exp(A_log) * softplus(a + dt_bias),  beta = sigmoid(b)
+// a, b, g, beta: [n_tokens, n_head] f32; a_log, dt_bias: [n_head] f32
+void delta_rule_gates(const Tensor& a, const Tensor& b, const Tensor& a_log, const Tensor& dt_bias,
+                      const Tensor& g, const Tensor& beta);
+
+// The gated delta rule over each row, starting from the state in its slot and
+// leaving the final state there. Per value head, with S: [head_dim_k, head_dim_v]:
+//   S <- exp(g_t) S;  S <- S + k_t (beta_t (v_t - Sᵀ k_t))ᵀ;  o_t = Sᵀ (scale q_t)
+// Value head h reads query/key head h / (n_head / n_head_k) (repeat_interleave).
+// q, k: [n_tokens, n_head_k, head_dim_k] f32 (L2-normalised by the caller);
+// v, out: [n_tokens, n_head, head_dim_v] f32; g, beta: [n_tokens, n_head] f32;
+// state: [n_slots, n_head, head_dim_k, head_dim_v] f32. Rows must use distinct slots.
+//
+// Recurrent form, one token at a time (torch_recurrent_gated_delta_rule): decode
+// and short windows.
+void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                const Tensor& beta, float scale, std::span<const RecurrentRow> rows,
+                                const Tensor& state, const Tensor& out);
+// Chunked form (torch_chunk_gated_delta_rule): chunks of chunk_size tokens from
+// each row's first token, intra-chunk work by the UT transform, one state update
+// per chunk. Equal to the recurrent form within float rounding.
+void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                              const Tensor& beta, float scale, int64_t chunk_size,
+                              std::span<const RecurrentRow> rows, const Tensor& state, const Tensor& out);
+
+// Qwen3NextRMSNormGated: y = w * (x / sqrt(mean(x²) + eps)) * silu(z) per row.
+// x, z, y: [M, D] f32 (y may alias x); w: [D] f32
+void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, const Tensor& y);
+
+// y = x * sigmoid(gate); gate is [M, N] like x, or [M, 1] (one gate per row).
+// x, y: [M, N] f32 (may alias)
+void sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& y);
+
+// ---- Mixture of experts -----------------------------------------------------
+
+// Top-k routing (Qwen2MoeTopKRouter / Qwen3NextTopKRouter): softmax over the
+// experts in f32, the top_k largest in descending order (ties to the lower
+// expert id), renormalised to sum to 1 when `normalize`.
+// logits: [n_tokens, n_expert] f32; weights: [n_tokens, top_k] f32; ids: [n_tokens, top_k] i32
+void moe_route(const Tensor& logits, int64_t top_k, bool normalize, const Tensor& weights, const Tensor& ids);
+
+// out[i, :] = x[idx[i], :].  x: [M, N] f32; out: [len(idx), N] f32
+void gather_rows(const Tensor& x, std::span<const int32_t> idx, const Tensor& out);
+
+// out[idx[i], :] += scale[i] * x[i, :], for i in order.
+// x: [len(idx), N] f32; scale: [len(idx)]; out: [M, N] f32
+void scatter_add_rows(const Tensor& x, std::span<const int32_t> idx, std::span<const float> scale,
+                      const Tensor& out);
+
 }  // namespace augur::ops

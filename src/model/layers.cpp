@@ -56,10 +56,21 @@ void attention_block(const Tensor& x, const AttentionWeights& w, const Attention
   Tensor q = scratch.get("attn.q", {T, s.n_head, s.head_dim});
   Tensor k = scratch.get("attn.k", {T, s.n_head_kv, s.head_dim});
   Tensor v = scratch.get("attn.v", {T, s.n_head_kv, s.head_dim});
-  ops::linear(x, w.wq, q.reshape({T, s.n_head * s.head_dim}));
+  Tensor gate;  // [T, n_head * head_dim] with an output gate
+  if (w.output_gate) {
+    // q_proj(x).view(T, n_head, 2 * head_dim).chunk(2, -1): query, then gate
+    Tensor qg = scratch.get("attn.qg", {T * s.n_head, 2 * s.head_dim});
+    ops::linear(x, w.wq, qg.reshape({T, s.n_head * 2 * s.head_dim}));
+    add_bias(qg.reshape({T, s.n_head * 2 * s.head_dim}), w.bq);
+    gate = scratch.get("attn.gate", {T, s.n_head * s.head_dim});
+    ops::slice_cols(qg, 0, q.reshape({T * s.n_head, s.head_dim}));
+    ops::slice_cols(qg, s.head_dim, gate.reshape({T * s.n_head, s.head_dim}));
+  } else {
+    ops::linear(x, w.wq, q.reshape({T, s.n_head * s.head_dim}));
+    add_bias(q, w.bq);
+  }
   ops::linear(x, w.wk, k.reshape({T, s.n_head_kv * s.head_dim}));
   ops::linear(x, w.wv, v.reshape({T, s.n_head_kv * s.head_dim}));
-  add_bias(q, w.bq);
   add_bias(k, w.bk);
   add_bias(v, w.bv);
   if (w.q_norm.defined()) {  // Qwen3: RMSNorm over each head before RoPE
@@ -71,6 +82,10 @@ void attention_block(const Tensor& x, const AttentionWeights& w, const Attention
   ops::store_kv(k, v, plan.rows, kv);
   Tensor attn = scratch.get("attn.out", {T, s.n_head, s.head_dim});
   ops::paged_attention(q, kv, plan.rows, s.scale, s.window, attn);
+  if (w.output_gate) {
+    Tensor flat = attn.reshape({T, s.n_head * s.head_dim});
+    ops::sigmoid_mul(flat, gate, flat);
+  }
   ops::linear(attn.reshape({T, s.n_head * s.head_dim}), w.wo, out);
   add_bias(out, w.bo);
 }

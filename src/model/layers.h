@@ -41,6 +41,10 @@ struct AttentionWeights {
   Tensor wq, wk, wv, wo;  // [n_head*head_dim, d_model], [n_head_kv*head_dim, d_model] x2, [d_model, n_head*head_dim]
   Tensor bq, bk, bv, bo;  // optional biases, f32
   Tensor q_norm, k_norm;  // optional per-head RMSNorm gains [head_dim], f32 (Qwen3)
+  // Gated attention (Qwen3NextAttention): wq is [n_head*2*head_dim, d_model]
+  // and yields, per head, the query then a gate; the attention output is
+  // multiplied by sigmoid(gate) before wo.
+  bool output_gate = false;
 };
 
 struct AttentionShape {
@@ -52,8 +56,9 @@ struct AttentionShape {
   float norm_eps = 0;    // for q_norm / k_norm
 };
 
-// Self-attention of one layer (LlamaAttention / Qwen3Attention.forward):
-// project, optional per-head q/k norm, RoPE, write K/V, attend, project out.
+// Self-attention of one layer (LlamaAttention / Qwen3Attention /
+// Qwen3NextAttention.forward): project, optional per-head q/k norm, RoPE,
+// write K/V, attend, optional sigmoid output gate, project out.
 // x: [n_tokens, d_model] (already normed); out: [n_tokens, d_model]
 void attention_block(const Tensor& x, const AttentionWeights& w, const AttentionShape& shape,
                      std::span<const float> inv_freq, const BatchPlan& plan,

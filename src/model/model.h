@@ -24,6 +24,20 @@ struct KvSpec {
   int64_t bytes_per_token() const { return n_layer * n_head_kv * head_dim * 2 * 4; }
 };
 
+// What the recurrent state of a model looks like (linear-attention layers:
+// Gated DeltaNet). Each live sequence owns one slot holding, per such layer, the
+// conv tail and the delta-rule matrix state, in f32.
+struct RecurrentSpec {
+  int64_t n_layer = 0;     // layers that keep recurrent state
+  int64_t conv_dim = 0;    // channels of the causal conv (q, k and v)
+  int64_t conv_tail = 0;   // conv inputs kept per channel (kernel size - 1)
+  int64_t n_head = 0;      // value heads: one state matrix each
+  int64_t head_dim_k = 0;
+  int64_t head_dim_v = 0;
+  int64_t floats_per_layer() const { return conv_tail * conv_dim + n_head * head_dim_k * head_dim_v; }
+  int64_t bytes_per_slot() const { return n_layer * floats_per_layer() * 4; }
+};
+
 struct ModelInfo {
   std::string model_type;       // config.json model_type, e.g. "qwen3"
   std::string architecture;     // e.g. "Qwen3ForCausalLM"
@@ -37,13 +51,18 @@ struct ModelInfo {
   std::vector<int32_t> eos_ids; // config.json + generation_config.json
   int32_t bos_id = -1;
   KvSpec kv;
+  RecurrentSpec recurrent;      // n_layer 0: no recurrent state
 };
 
 // Paged K/V storage for all layers: fixed-size blocks of token slots, handed
-// out to sequences by the runtime's block allocator.
+// out to sequences by the runtime's block allocator; plus, for models with
+// recurrent layers, n_slots recurrent-state slots (one per live sequence),
+// handed out by the runtime's slot pool.
 class KvCache {
  public:
   KvCache(const KvSpec& spec, int64_t n_blocks, int64_t block_size);
+  KvCache(const KvSpec& spec, int64_t n_blocks, int64_t block_size, const RecurrentSpec& recurrent,
+          int64_t n_slots);
   const ops::KvLayer& layer(int64_t i) const { return layers_[size_t(i)]; }
   int64_t n_blocks() const { return n_blocks_; }
   int64_t block_size() const { return block_size_; }
@@ -52,11 +71,26 @@ class KvCache {
   // (copy-on-write of a shared, partly filled block).
   void copy_block(int32_t src, int32_t dst);
 
+  // Recurrent state of the i-th recurrent layer (not the model's layer index).
+  const ops::RecurrentLayer& recurrent_layer(int64_t i) const { return recurrent_[size_t(i)]; }
+  const RecurrentSpec& recurrent_spec() const { return rspec_; }
+  bool has_recurrent() const { return rspec_.n_layer > 0; }
+  int64_t n_slots() const { return n_slots_; }
+  // The empty state (a sequence at position 0).
+  void zero_slot(int32_t slot);
+  // A copy of one slot's state, every recurrent layer: [floats per slot] f32,
+  // on the cache's device. load_slot writes such a copy back, bit for bit.
+  Tensor save_slot(int32_t slot) const;
+  void load_slot(int32_t slot, const Tensor& saved);
+
  private:
   KvSpec spec_;
   int64_t n_blocks_;
   int64_t block_size_;
   std::vector<ops::KvLayer> layers_;
+  RecurrentSpec rspec_;
+  int64_t n_slots_ = 0;
+  std::vector<ops::RecurrentLayer> recurrent_;
 };
 
 struct ForwardRow {
@@ -64,6 +98,11 @@ struct ForwardRow {
   int32_t pos0 = 0;                     // position of tokens[0]
   std::span<const int32_t> block_table; // blocks covering [0, pos0 + tokens.size())
   int32_t n_logits = 1;                 // logits for the last n_logits tokens
+  // Recurrent-state slot of the row's sequence (models with recurrent layers;
+  // others ignore it). The forward continues the state in it and leaves the
+  // state after the row's last token; a row at pos0 0 starts from the empty
+  // state whatever the slot held. Rows of one forward use distinct slots.
+  int32_t state_slot = -1;
 };
 
 class Model {

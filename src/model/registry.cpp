@@ -20,6 +20,11 @@ struct Family {
 constexpr Family kFamilies[] = {
     {"llama", make_llama},
     {"qwen3", make_qwen3},
+    {"qwen3_5", make_qwen3_5},             // text_config nested (multimodal checkpoint)
+    {"qwen3_5_text", make_qwen3_5},
+    {"qwen3_5_moe", make_qwen3_5_moe},     // text_config nested (multimodal checkpoint)
+    {"qwen3_5_moe_text", make_qwen3_5_moe},
+    {"qwen3_next", make_qwen3_next},
 };
 
 void append_ids(const JsonConfig& cfg, const char* key, std::vector<int32_t>& ids) {

@@ -24,5 +24,8 @@ std::vector<std::string> family_names();
 // One line per family (defined in the family's file).
 std::unique_ptr<Model> make_llama(const JsonConfig&, WeightSource&, ModelInfo);
 std::unique_ptr<Model> make_qwen3(const JsonConfig&, WeightSource&, ModelInfo);
+std::unique_ptr<Model> make_qwen3_5(const JsonConfig&, WeightSource&, ModelInfo);      // qwen3_5.cpp
+std::unique_ptr<Model> make_qwen3_5_moe(const JsonConfig&, WeightSource&, ModelInfo);  // qwen3_5.cpp
+std::unique_ptr<Model> make_qwen3_next(const JsonConfig&, WeightSource&, ModelInfo);
 
 }  // namespace augur

@@ -8,7 +8,7 @@
 
 namespace augur {
 
-std::vector<float> rope_inv_freq(const JsonConfig& cfg, int64_t head_dim) {
+std::vector<float> rope_inv_freq(const JsonConfig& cfg, int64_t head_dim, double default_partial) {
   // transformers 5 nests everything under rope_parameters; older configs keep
   // rope_theta at the top and scaling under rope_scaling (null when unused).
   const bool nested = cfg.has("rope_parameters") && !cfg.is_null("rope_parameters");
@@ -19,7 +19,7 @@ std::vector<float> rope_inv_freq(const JsonConfig& cfg, int64_t head_dim) {
   if (nested || legacy_scaling)
     type = params.has("rope_type") ? params.get_string("rope_type") : params.get_string("type", "default");
 
-  double partial = cfg.get_float("partial_rotary_factor", 1.0);
+  double partial = cfg.get_float("partial_rotary_factor", default_partial);
   if (nested && params.has("partial_rotary_factor")) partial = params.get_float("partial_rotary_factor");
   if (!(partial > 0.0 && partial <= 1.0))
     cfg.error("partial_rotary_factor", "must be in (0, 1]");

@@ -48,6 +48,18 @@ const std::pair<const char*, const char*> kSynthetic[] = {
       "rope_theta": 500000, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
       "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
       "tie_word_embeddings": false, "eos_token_id": [128001, 128008, 128009]})"},
+    // Qwen3.5-27B's text_config (the published config.json nests it under a
+    // multimodal "qwen3_5" config): 48 Gated DeltaNet + 16 gated attention layers.
+    {"qwen3.5-27b", R"({"model_type": "qwen3_5_text", "architectures": ["Qwen3_5ForCausalLM"],
+      "hidden_size": 5120, "num_hidden_layers": 64, "num_attention_heads": 24,
+      "num_key_value_heads": 4, "head_dim": 256, "intermediate_size": 17408,
+      "vocab_size": 248320, "max_position_embeddings": 262144, "rms_norm_eps": 1e-6,
+      "full_attention_interval": 4, "linear_conv_kernel_dim": 4,
+      "linear_num_key_heads": 16, "linear_num_value_heads": 48,
+      "linear_key_head_dim": 128, "linear_value_head_dim": 128, "attn_output_gate": true,
+      "rope_parameters": {"rope_type": "default", "rope_theta": 10000000,
+      "partial_rotary_factor": 0.25, "mrope_interleaved": true, "mrope_section": [11, 11, 10]},
+      "tie_word_embeddings": false, "eos_token_id": 248044})"},
 };
 
 }  // namespace

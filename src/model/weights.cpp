@@ -109,6 +109,28 @@ Tensor WeightSource::vector_f32(std::string_view name, int64_t n, float add) {
   return out;
 }
 
+Tensor WeightSource::tensor_f32(std::string_view name, std::initializer_list<int64_t> shape) {
+  Tensor t = fetch(name, std::vector<int64_t>(shape), false);
+  n_params_ += t.numel();
+  bytes_ += int64_t(t.nbytes());
+  Tensor out = Tensor::empty(DType::F32, t.shape().data(), t.ndim());
+  for (int64_t i = 0; i < t.numel(); ++i) out.data<float>()[i] = to_f32(t, i);
+  return out;
+}
+
+Tensor select_rows(const Tensor& w, const std::vector<int64_t>& rows) {
+  AUGUR_ASSERT(w.ndim() == 2 && w.is_contiguous(), "select_rows of a 2-D contiguous weight");
+  const int64_t shape[2] = {int64_t(rows.size()), w.dim(1)};
+  Tensor out = Tensor::empty(w.dtype(), shape, 2);
+  const size_t row_bytes = size_t(w.dim(1)) * dtype_size(w.dtype());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    AUGUR_ASSERT(rows[i] >= 0 && rows[i] < w.dim(0), "select_rows: row out of range");
+    std::memcpy(static_cast<char*>(out.raw()) + i * row_bytes,
+                static_cast<const char*>(w.raw()) + size_t(rows[i]) * row_bytes, row_bytes);
+  }
+  return out;
+}
+
 std::unique_ptr<WeightSource> checkpoint_weights(std::shared_ptr<const Checkpoint> ckpt) {
   return std::make_unique<CheckpointWeights>(std::move(ckpt));
 }

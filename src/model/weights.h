@@ -28,6 +28,8 @@ class WeightSource {
   // A 1-D gain or bias as an f32 copy, with `add` added to every element
   // (1 + γ norm conventions).
   Tensor vector_f32(std::string_view name, int64_t n, float add = 0.0f);
+  // A small tensor of any rank (conv kernels) as an f32 copy of the stored shape.
+  Tensor tensor_f32(std::string_view name, std::initializer_list<int64_t> shape);
 
   int64_t n_params() const { return n_params_; }
   int64_t bytes() const { return bytes_; }
@@ -40,6 +42,10 @@ class WeightSource {
   int64_t n_params_ = 0;
   int64_t bytes_ = 0;
 };
+
+// A new host matrix holding rows `rows` of the 2-D weight `w`, in that order,
+// in w's dtype (regrouping fused projections at load time).
+Tensor select_rows(const Tensor& w, const std::vector<int64_t>& rows);
 
 std::unique_ptr<WeightSource> checkpoint_weights(std::shared_ptr<const Checkpoint> ckpt);
 // Matrices ~ U(-a, a) with a = sqrt(3 / fan_in) (std 1/sqrt(fan_in)), vectors

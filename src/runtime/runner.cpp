@@ -18,8 +18,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 Runner::Runner(Model& model, const RunnerOptions& opts)
     : model_(&model),
       opts_(opts),
-      kv_(model.info().kv, (opts.max_cached_tokens + opts.block_size - 1) / opts.block_size, opts.block_size),
-      pool_(kv_.n_blocks()) {
+      kv_(model.info().kv, (opts.max_cached_tokens + opts.block_size - 1) / opts.block_size, opts.block_size,
+          model.info().recurrent, opts.max_sequences),
+      pool_(kv_.n_blocks()),
+      slots_(kv_.n_slots()) {
   if (opts.prefill_chunk <= 0) fail("[runner] prefill_chunk must be positive");
 }
 
@@ -34,6 +36,7 @@ Tensor Runner::step(std::span<Sequence* const> seqs, std::span<const std::span<c
     rows[i].pos0 = int32_t(seqs[i]->length());
     rows[i].block_table = seqs[i]->block_table();
     rows[i].n_logits = n_logits[i];
+    rows[i].state_slot = seqs[i]->state_slot();
     n_out += n_logits[i];
   }
   Tensor logits = Tensor::empty(DType::F32, {n_out, model_->info().n_vocab});

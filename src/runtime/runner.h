@@ -19,6 +19,7 @@ struct RunnerOptions {
   int64_t max_cached_tokens = 4096;  // KV capacity over all sequences
   int64_t block_size = 16;           // tokens per KV block
   int64_t prefill_chunk = 512;       // longest run of tokens in one forward
+  int64_t max_sequences = 16;        // live sequences at once (recurrent-state slots, hybrid models)
 };
 
 class Runner {
@@ -29,7 +30,8 @@ class Runner {
   BlockPool& pool() { return pool_; }
   const RunnerOptions& options() const { return opts_; }
 
-  std::unique_ptr<Sequence> new_sequence() { return std::make_unique<Sequence>(pool_, kv_); }
+  std::unique_ptr<Sequence> new_sequence() { return std::make_unique<Sequence>(pool_, kv_, &slots_); }
+  SlotPool& slots() { return slots_; }
 
   // One forward over several sequences: row i appends tokens[i] to seqs[i]
   // and asks for the logits of its last n_logits[i] tokens.
@@ -47,6 +49,7 @@ class Runner {
   RunnerOptions opts_;
   KvCache kv_;
   BlockPool pool_;
+  SlotPool slots_;
 };
 
 struct GenerateOptions {

@@ -1,5 +1,7 @@
 #include "runtime/sequence.h"
 
+#include <string>
+
 #include "core/error.h"
 
 namespace augur {
@@ -26,9 +28,38 @@ void BlockPool::release(int32_t id) {
   if (--refs_[size_t(id)] == 0) free_.push_back(id);
 }
 
-Sequence::Sequence(BlockPool& pool, KvCache& kv) : pool_(&pool), kv_(&kv) {}
+SlotPool::SlotPool(int64_t n_slots) : used_(size_t(n_slots), false) {
+  for (int64_t i = n_slots - 1; i >= 0; --i) free_.push_back(int32_t(i));
+}
 
-Sequence::~Sequence() { release_all(); }
+int32_t SlotPool::allocate() {
+  if (free_.empty())
+    fail("[sequence] out of recurrent-state slots (", used_.size(),
+         " in all): every slot holds a live sequence; raise the maximum number of sequences");
+  int32_t slot = free_.back();
+  free_.pop_back();
+  used_[size_t(slot)] = true;
+  return slot;
+}
+
+void SlotPool::release(int32_t slot) {
+  AUGUR_ASSERT(slot >= 0 && size_t(slot) < used_.size() && used_[size_t(slot)], "release of a free slot");
+  used_[size_t(slot)] = false;
+  free_.push_back(slot);
+}
+
+Sequence::Sequence(BlockPool& pool, KvCache& kv, SlotPool* slots) : pool_(&pool), kv_(&kv) {
+  if (!kv.has_recurrent()) return;
+  if (!slots) fail("[sequence] the model keeps recurrent state: a sequence needs a slot pool");
+  slots_ = slots;
+  slot_ = slots->allocate();
+  kv.zero_slot(slot_);
+}
+
+Sequence::~Sequence() {
+  release_all();
+  if (slots_) slots_->release(slot_);
+}
 
 void Sequence::release_all() {
   for (int32_t b : blocks_) pool_->release(b);
@@ -62,6 +93,14 @@ void Sequence::append(std::span<const int32_t> tokens) {
 
 void Sequence::truncate(int64_t length) {
   AUGUR_ASSERT(length >= 0 && length <= this->length(), "truncate beyond the end");
+  if (slot_ >= 0 && length != this->length()) {
+    if (length != mark_length_ || !mark_state_.defined())
+      fail("[sequence] cannot truncate from ", this->length(), " to ", length,
+           " tokens: the model keeps recurrent state, known only after the last token and at the last "
+           "capture (", mark_length_ < 0 ? std::string("none") : std::to_string(mark_length_),
+           " tokens); rolling back needs a snapshot captured at that length");
+    kv_->load_slot(slot_, mark_state_);
+  }
   tokens_.resize(size_t(length));
   const int64_t keep = (length + kv_->block_size() - 1) / kv_->block_size();
   while (int64_t(blocks_.size()) > keep) {
@@ -77,15 +116,26 @@ SequenceSnapshot Sequence::capture() const {
   s.blocks_.assign(blocks_.begin(), blocks_.begin() + used);
   for (int32_t b : s.blocks_) pool_->retain(b);
   s.tokens_ = tokens_;
+  if (slot_ >= 0) {
+    s.recurrent_ = kv_->save_slot(slot_);
+    mark_state_ = s.recurrent_;
+    mark_length_ = length();
+  }
   return s;
 }
 
 void Sequence::restore(const SequenceSnapshot& snap) {
   AUGUR_ASSERT(snap.pool_ == pool_, "snapshot of another block pool");
+  AUGUR_ASSERT((slot_ >= 0) == snap.recurrent_.defined(), "snapshot of a sequence with other state");
   for (int32_t b : snap.blocks_) pool_->retain(b);
   release_all();
   blocks_ = snap.blocks_;
   tokens_ = snap.tokens_;
+  if (slot_ >= 0) {
+    kv_->load_slot(slot_, snap.recurrent_);
+    mark_state_ = snap.recurrent_;
+    mark_length_ = length();
+  }
 }
 
 void SequenceSnapshot::drop() {
@@ -93,12 +143,13 @@ void SequenceSnapshot::drop() {
     for (int32_t b : blocks_) pool_->release(b);
   blocks_.clear();
   tokens_.clear();
+  recurrent_ = Tensor();
 }
 
 SequenceSnapshot::~SequenceSnapshot() { drop(); }
 
 SequenceSnapshot::SequenceSnapshot(const SequenceSnapshot& o)
-    : pool_(o.pool_), blocks_(o.blocks_), tokens_(o.tokens_) {
+    : pool_(o.pool_), blocks_(o.blocks_), tokens_(o.tokens_), recurrent_(o.recurrent_) {
   if (pool_)
     for (int32_t b : blocks_) pool_->retain(b);
 }
@@ -112,7 +163,8 @@ SequenceSnapshot& SequenceSnapshot::operator=(const SequenceSnapshot& o) {
 }
 
 SequenceSnapshot::SequenceSnapshot(SequenceSnapshot&& o) noexcept
-    : pool_(o.pool_), blocks_(std::move(o.blocks_)), tokens_(std::move(o.tokens_)) {
+    : pool_(o.pool_), blocks_(std::move(o.blocks_)), tokens_(std::move(o.tokens_)),
+      recurrent_(std::move(o.recurrent_)) {
   o.pool_ = nullptr;
 }
 
@@ -122,6 +174,7 @@ SequenceSnapshot& SequenceSnapshot::operator=(SequenceSnapshot&& o) noexcept {
     pool_ = o.pool_;
     blocks_ = std::move(o.blocks_);
     tokens_ = std::move(o.tokens_);
+    recurrent_ = std::move(o.recurrent_);
     o.pool_ = nullptr;
   }
   return *this;

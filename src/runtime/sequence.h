@@ -1,8 +1,14 @@
-// Sequence state as a value: the KV blocks a sequence owns plus its tokens.
+// Sequence state as a value: the KV blocks a sequence owns plus its tokens,
+// and for models with recurrent layers (linear attention) a state slot.
 //
 // Blocks are refcounted, so a captured snapshot shares them with the live
 // sequence; the first write into a shared, partly filled block copies it
 // (copy-on-write). Rolling back rejected drafts is truncation.
+//
+// Recurrent state cannot be truncated: it is known only after the last token.
+// A snapshot therefore holds a copy of the slot, and restoring it (or
+// truncating back to the length of the sequence's last capture or restore,
+// whose copy the sequence keeps) makes the state bit-identical to what it was.
 #pragma once
 
 #include <cstdint>
@@ -30,11 +36,28 @@ class BlockPool {
   std::vector<int32_t> free_;
 };
 
+// Hands out recurrent-state slots of a KvCache, one per live sequence.
+class SlotPool {
+ public:
+  explicit SlotPool(int64_t n_slots);
+  // Throws augur::Error when every slot is taken.
+  int32_t allocate();
+  void release(int32_t slot);
+  int64_t n_free() const { return int64_t(free_.size()); }
+  int64_t n_slots() const { return int64_t(used_.size()); }
+
+ private:
+  std::vector<bool> used_;
+  std::vector<int32_t> free_;
+};
+
 class SequenceSnapshot;
 
 class Sequence {
  public:
-  Sequence(BlockPool& pool, KvCache& kv);
+  // `slots` is needed (and a slot taken, holding the empty state) when the
+  // cache keeps recurrent state.
+  Sequence(BlockPool& pool, KvCache& kv, SlotPool* slots = nullptr);
   ~Sequence();
   Sequence(const Sequence&) = delete;
   Sequence& operator=(const Sequence&) = delete;
@@ -42,6 +65,8 @@ class Sequence {
   int64_t length() const { return int64_t(tokens_.size()); }
   const std::vector<int32_t>& tokens() const { return tokens_; }
   std::span<const int32_t> block_table() const { return blocks_; }
+  // Recurrent-state slot (ForwardRow::state_slot), -1 without recurrent state.
+  int32_t state_slot() const { return slot_; }
 
   // Makes room to write `n` more tokens: allocates blocks, and copies a shared
   // block that the write would touch. Call before the forward that writes them.
@@ -49,6 +74,8 @@ class Sequence {
   // Records tokens whose K/V the forward has written.
   void append(std::span<const int32_t> tokens);
   // Drops everything from position `length` on (rollback of rejected drafts).
+  // With recurrent state, `length` must be the current length or that of the
+  // last capture()/restore(); anything else is an error (restore a snapshot).
   void truncate(int64_t length);
 
   SequenceSnapshot capture() const;
@@ -58,8 +85,14 @@ class Sequence {
   void release_all();
   BlockPool* pool_;
   KvCache* kv_;
+  SlotPool* slots_ = nullptr;
   std::vector<int32_t> blocks_;  // block_table: block i holds positions [i*bs, (i+1)*bs)
   std::vector<int32_t> tokens_;
+  int32_t slot_ = -1;            // recurrent-state slot, -1 without recurrent state
+  // The slot's copy at the last capture/restore (shared with that snapshot)
+  // and the length it belongs to: the one length truncate() can go back to.
+  mutable Tensor mark_state_;
+  mutable int64_t mark_length_ = -1;
 };
 
 // A captured sequence state: holds references on its blocks until destroyed.
@@ -79,6 +112,7 @@ class SequenceSnapshot {
   BlockPool* pool_ = nullptr;
   std::vector<int32_t> blocks_;
   std::vector<int32_t> tokens_;
+  Tensor recurrent_;  // KvCache::save_slot copy; shared, never written, between copies
 };
 
 }  // namespace augur

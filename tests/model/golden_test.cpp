@@ -31,10 +31,10 @@ struct Reference {
 // Logits at every position of `prompt` (one row, one forward).
 Tensor forward_all(Model& model, const std::vector<int32_t>& prompt, int64_t block_size = 16) {
   const int64_t n = int64_t(prompt.size());
-  KvCache kv(model.info().kv, (n + block_size - 1) / block_size, block_size);
+  KvCache kv(model.info().kv, (n + block_size - 1) / block_size, block_size, model.info().recurrent, 1);
   std::vector<int32_t> table(size_t(kv.n_blocks()));
   std::iota(table.begin(), table.end(), 0);
-  ForwardRow row{prompt, 0, table, int32_t(n)};
+  ForwardRow row{prompt, 0, table, int32_t(n), 0};
   Tensor logits = Tensor::empty(DType::F32, {n, model.info().n_vocab});
   model.forward({&row, 1}, kv, logits);
   return logits;
@@ -46,11 +46,12 @@ float max_abs_diff(const float* a, const float* b, int64_t n) {
   return m;
 }
 
-// Greedy continuation by incremental decode over the paged cache.
+// Greedy continuation by incremental decode over the paged cache (and, for
+// hybrid models, the recurrent state carried in slot 0).
 std::vector<int32_t> greedy(Model& model, std::vector<int32_t> prompt, int steps) {
   const int64_t bs = 4;  // small blocks: continuations cross block boundaries
   const int64_t cap = int64_t(prompt.size()) + steps;
-  KvCache kv(model.info().kv, (cap + bs - 1) / bs, bs);
+  KvCache kv(model.info().kv, (cap + bs - 1) / bs, bs, model.info().recurrent, 1);
   std::vector<int32_t> table(size_t(kv.n_blocks()));
   std::iota(table.begin(), table.end(), 0);
   const int64_t V = model.info().n_vocab;
@@ -58,7 +59,7 @@ std::vector<int32_t> greedy(Model& model, std::vector<int32_t> prompt, int steps
   std::vector<int32_t> feed = prompt;
   int32_t pos = 0;
   for (int s = 0; s < steps; ++s) {
-    ForwardRow row{feed, pos, table, 1};
+    ForwardRow row{feed, pos, table, 1, 0};  // slot 0 carries any recurrent state
     Tensor logits = Tensor::empty(DType::F32, {1, V});
     model.forward({&row, 1}, kv, logits);
     pos += int32_t(feed.size());
@@ -118,7 +119,8 @@ TEST_P(Golden, LongPromptLastLogitsMatchReference) {
   EXPECT_LT(err, 1e-3f);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, Golden, ::testing::Values("llama", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Families, Golden,
+                         ::testing::Values("llama", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_next"));
 
 }  // namespace
 }  // namespace augur
