@@ -54,13 +54,18 @@ TEST(TextCli, TokenizeMatchesHuggingFaceForRealTokenizers) {
   for (const char* name : {"qwen3", "llama3", "deepseek_v3", "gemma3"}) {
     const std::string dir = kData + "/tokenizers/" + name;
     ASSERT_TRUE(fs::exists(dir + "/tokenizer.json")) << "run scripts/fetch_tokenizers.sh";
+    int n = 0;
     for (const auto& c : ref[name]) {
+      if (n++ == 4) break;  // a sample through the CLI; tests/tokenizer checks every case
       Result enc = run("tokenize " + dir + " --text " + quote(c["text"]) + " --json", false);
       ASSERT_EQ(enc.status, 0) << name << ": " << enc.out;
       EXPECT_EQ(nlohmann::json::parse(enc.out)["ids"], c["ids"]) << name << ": " << c["text"];
       if (c["ids"].empty()) continue;
       std::string ids;
-      for (const auto& id : c["ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(id.get<int>());
+      for (const auto& id : c["ids"]) {
+        if (!ids.empty()) ids += ',';
+        ids += std::to_string(id.get<int>());
+      }
       Result dec = run("tokenize " + dir + " --decode " + ids + " --json", false);
       ASSERT_EQ(dec.status, 0) << dec.out;
       EXPECT_EQ(nlohmann::json::parse(dec.out)["text"], c["decoded"]) << name;

@@ -22,7 +22,12 @@ constexpr int64_t kMaxRepeatSize = int64_t{1} << 28;
   eval_fail(v.undefined_hint().empty() ? std::string("value is undefined") : v.undefined_hint());
 }
 
-std::string object_name(const Value& v) { return "'" + v.type_name() + " object'"; }
+std::string object_name(const Value& v) {
+  std::string name = "'";  // built by appends: GCC 12 misreports "lit" + string&& (-Wrestrict)
+  name += v.type_name();
+  name += " object'";
+  return name;
+}
 
 [[noreturn]] void unsupported(const char* op, const Value& a, const Value& b) {
   eval_fail("unsupported operand type(s) for ", op, ": '", a.type_name(), "' and '", b.type_name(),

@@ -647,7 +647,8 @@ class Parser {
     std::string name = expect_name();
     while (is_op(".") && peek().type == TokenType::Name) {
       advance();
-      name += "." + expect_name();
+      name += '.';
+      name += expect_name();
     }
     return name;
   }
