@@ -9,6 +9,8 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/moe_cpu.h"
 #include "backend/cpu/ops_cpu.h"
+#include "backend/cuda/kernels.h"
+#include "backend/device.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 
@@ -38,73 +40,201 @@ void require_all_cpu_f32(const char* op, std::initializer_list<std::pair<const T
 
 }  // namespace
 
-void embedding(const Tensor& table, std::span<const int32_t> ids, const Tensor& out) {
-  require_cpu_f32("embedding", out, "out");
+namespace {
+
+bool on_cuda(const Tensor& t) { return t.defined() && t.device() == Device::CUDA; }
+
+// An f32 activation on `dev`, contiguous.
+void require_f32(const char* op, const Tensor& t, const char* name, Device dev) {
+  require(t.defined(), op, name, " is undefined");
+  require(t.device() == dev, op, name, " is on another device");
+  require(t.dtype() == DType::F32, op, name, " must be F32, got ", dtype_name(t.dtype()));
+  require(t.is_contiguous(), op, name, " must be contiguous");
+}
+
+const cuda::bf16_bits* bf16_ptr(const Tensor& t) { return static_cast<const cuda::bf16_bits*>(t.raw()); }
+
+cuda::AttnMeta attn_meta(const char* op, const BatchView& b, int64_t n_tokens) {
+  require(b.device != nullptr, op, "a CUDA batch needs its device layout (upload_batch)");
+  const DeviceBatch& d = *b.device;
+  require(d.positions.numel() == n_tokens, op, "device layout holds ", d.positions.numel(), " tokens, batch has ",
+          n_tokens);
+  cuda::AttnMeta m;
+  m.positions = d.positions.data<int32_t>();
+  m.slot_mapping = d.slot_mapping.data<int32_t>();
+  m.token_row = d.token_row.data<int32_t>();
+  m.block_tables = d.block_tables.data<int32_t>();
+  m.max_blocks = d.max_blocks;
+  m.n_tokens = int32_t(n_tokens);
+  m.max_context = d.max_context;
+  m.max_row_tokens = d.max_row_tokens;
+  return m;
+}
+
+}  // namespace
+
+void embedding(const Tensor& table, std::span<const int32_t> ids, const Tensor& out, const DeviceBatch* device) {
   require(table.ndim() == 2, "embedding", "table must be 2-D, got ", table.shape_str());
-  require(table.dtype() == DType::F32 || table.dtype() == DType::BF16 || table.dtype() == DType::F16,
-          "embedding", "table dtype ", dtype_name(table.dtype()), " unsupported");
   require(out.numel() == int64_t(ids.size()) * table.dim(1), "embedding", "out ", out.shape_str(),
           " does not hold ", ids.size(), " rows of ", table.dim(1));
   for (int32_t id : ids)
     require(id >= 0 && id < table.dim(0), "embedding", "token id ", id, " outside [0, ", table.dim(0), ")");
+  if (on_cuda(out)) {
+    require_f32("embedding", out, "out", Device::CUDA);
+    require(table.device() == Device::CUDA && table.dtype() == DType::BF16, "embedding",
+            "a CUDA table must be BF16 on the device");
+    require(device != nullptr && device->tokens.numel() == int64_t(ids.size()), "embedding",
+            "a CUDA batch needs its device layout");
+    cuda::embedding(bf16_ptr(table), table.dim(1), device->tokens.data<int32_t>(), int64_t(ids.size()),
+                    out.data<float>(), cuda::stream());
+    return;
+  }
+  require_cpu_f32("embedding", out, "out");
+  require(table.dtype() == DType::F32 || table.dtype() == DType::BF16 || table.dtype() == DType::F16,
+          "embedding", "table dtype ", dtype_name(table.dtype()), " unsupported");
   cpu::embedding(table.raw(), table.dtype(), table.dim(1), ids, out.data<float>());
 }
 
 void linear(const Tensor& x, const Tensor& w, const Tensor& y) {
-  require_cpu_f32("linear", x, "x");
-  require_cpu_f32("linear", y, "y");
-  require(w.ndim() == 2 && w.is_contiguous(), "linear", "w must be a contiguous 2-D tensor, got ",
-          w.shape_str());
-  require(w.dtype() == DType::BF16 || w.dtype() == DType::F32, "linear", "w dtype ",
-          dtype_name(w.dtype()), " unsupported");
+  const Device dev = x.device();
+  require_f32("linear", x, "x", dev);
+  require_f32("linear", y, "y", dev);
+  require(w.ndim() == 2 && w.is_contiguous() && w.device() == dev, "linear",
+          "w must be a contiguous 2-D tensor on x's device, got ", w.shape_str());
   const int64_t K = w.dim(1), N = w.dim(0);
   require(x.dim(-1) == K, "linear", "x ", x.shape_str(), " does not match w ", w.shape_str());
   const int64_t M = rows_of(x);
   require(y.dim(-1) == N && rows_of(y) == M, "linear", "y ", y.shape_str(), " should be [", M, ", ", N, "]");
+  if (dev == Device::CUDA) {
+    require(w.dtype() == DType::BF16, "linear", "CUDA weights must be BF16, got ", dtype_name(w.dtype()));
+    cuda::matmul_bf16(x.data<float>(), M, K, K, bf16_ptr(w), N, y.data<float>(), N, cuda::stream());
+    return;
+  }
+  require(w.dtype() == DType::BF16 || w.dtype() == DType::F32, "linear", "w dtype ",
+          dtype_name(w.dtype()), " unsupported");
   cpu::matmul(x.data<float>(), M, K, K, w.raw(), w.dtype(), N, y.data<float>(), N, ThreadPool::global());
 }
 
 void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& y) {
-  require_cpu_f32("rms_norm", x, "x");
-  require_cpu_f32("rms_norm", y, "y");
-  require_cpu_f32("rms_norm", w, "w");
+  const Device dev = x.device();
+  require_f32("rms_norm", x, "x", dev);
+  require_f32("rms_norm", y, "y", dev);
+  require_f32("rms_norm", w, "w", dev);
   const int64_t D = x.dim(-1);
   require(w.numel() == D && y.numel() == x.numel(), "rms_norm", "x ", x.shape_str(), ", w ",
           w.shape_str(), ", y ", y.shape_str(), " disagree");
-  cpu::rms_norm(x.data<float>(), w.data<float>(), eps, rows_of(x), D, y.data<float>());
+  if (dev == Device::CUDA)
+    cuda::rms_norm(x.data<float>(), w.data<float>(), eps, rows_of(x), D, y.data<float>(), cuda::stream());
+  else
+    cpu::rms_norm(x.data<float>(), w.data<float>(), eps, rows_of(x), D, y.data<float>());
 }
 
 void add_inplace(const Tensor& a, const Tensor& b) {
-  require_cpu_f32("add", a, "a");
-  require_cpu_f32("add", b, "b");
+  const Device dev = a.device();
+  require_f32("add", a, "a", dev);
+  require_f32("add", b, "b", dev);
   require(a.numel() == b.numel(), "add", a.shape_str(), " vs ", b.shape_str());
-  cpu::add_inplace(a.data<float>(), b.data<float>(), a.numel());
+  if (dev == Device::CUDA)
+    cuda::add_inplace(a.data<float>(), b.data<float>(), a.numel(), cuda::stream());
+  else
+    cpu::add_inplace(a.data<float>(), b.data<float>(), a.numel());
 }
 
 void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
-  require_cpu_f32("swiglu", gate, "gate");
-  require_cpu_f32("swiglu", up, "up");
-  require_cpu_f32("swiglu", out, "out");
+  const Device dev = gate.device();
+  require_f32("swiglu", gate, "gate", dev);
+  require_f32("swiglu", up, "up", dev);
+  require_f32("swiglu", out, "out", dev);
   require(gate.numel() == up.numel() && gate.numel() == out.numel(), "swiglu", gate.shape_str(),
           " vs ", up.shape_str(), " vs ", out.shape_str());
-  cpu::swiglu(gate.data<float>(), up.data<float>(), out.data<float>(), gate.numel());
+  if (dev == Device::CUDA)
+    cuda::swiglu(gate.data<float>(), up.data<float>(), out.data<float>(), gate.numel(), cuda::stream());
+  else
+    cpu::swiglu(gate.data<float>(), up.data<float>(), out.data<float>(), gate.numel());
 }
 
-void rope(const Tensor& x, std::span<const int32_t> positions, std::span<const float> inv_freq) {
-  require_cpu_f32("rope", x, "x");
+DeviceBatch upload_batch(Device d, std::span<const int32_t> tokens, std::span<const AttnRow> rows,
+                         int64_t block_size, int64_t max_context) {
+  DeviceBatch b;
+  const int64_t n = int64_t(tokens.size());
+  // Tables as wide as max_context needs, so a captured graph can be refilled
+  // while its rows grow up to that bound.
+  const int64_t max_blocks = std::max<int64_t>(1, (max_context + block_size - 1) / block_size);
+  for (const auto& r : rows) b.max_row_tokens = std::max(b.max_row_tokens, r.n_tokens);
+  b.max_blocks = int32_t(max_blocks);
+  b.max_context = int32_t(max_context);
+  b.tokens = empty_on(d, DType::I32, {n});
+  b.positions = empty_on(d, DType::I32, {n});
+  b.slot_mapping = empty_on(d, DType::I32, {n});
+  b.token_row = empty_on(d, DType::I32, {n});
+  b.block_tables = empty_on(d, DType::I32, {int64_t(rows.size()), max_blocks});
+  reupload_batch(b, tokens, rows, block_size);
+  return b;
+}
+
+void reupload_batch(const DeviceBatch& into, std::span<const int32_t> tokens, std::span<const AttnRow> rows,
+                    int64_t block_size) {
+  const int64_t n = int64_t(tokens.size());
+  require(into.tokens.numel() == n && into.block_tables.dim(0) == int64_t(rows.size()), "upload_batch",
+          "layout of another size");
+  std::vector<int32_t> host(size_t(4 * n + into.block_tables.numel()), -1);
+  int32_t* positions = host.data() + n;
+  int32_t* slots = positions + n;
+  int32_t* token_row = slots + n;
+  int32_t* tables = token_row + n;
+  std::copy(tokens.begin(), tokens.end(), host.begin());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const AttnRow& row = rows[r];
+    const size_t n_blocks = std::min(row.block_table.size(), size_t(into.max_blocks));
+    std::copy_n(row.block_table.begin(), n_blocks, tables + r * size_t(into.max_blocks));
+    for (int32_t i = 0; i < row.n_tokens; ++i) {
+      const int64_t t = row.token_begin + i, p = row.pos0 + i;
+      require(p < into.max_context, "upload_batch", "position ", p, " beyond the layout's context ",
+              into.max_context);
+      positions[t] = int32_t(p);
+      slots[t] = int32_t(row.block_table[size_t(p / block_size)] * block_size + p % block_size);
+      token_row[t] = int32_t(r);
+    }
+  }
+  // One host buffer, five device tensors: copy each part.
+  const Tensor* parts[] = {&into.tokens, &into.positions, &into.slot_mapping, &into.token_row, &into.block_tables};
+  const int32_t* src = host.data();
+  for (const Tensor* t : parts) {
+    Tensor view = Tensor::view_of(std::make_shared<BorrowedBuffer>(nullptr, const_cast<int32_t*>(src),
+                                                                   t->nbytes()),
+                                  0, DType::I32, t->shape().data(), t->ndim());
+    copy_tensor(view, *t);
+    src += t->numel();
+  }
+}
+
+void rope(const Tensor& x, const BatchView& b, const Tensor& inv_freq) {
+  const Device dev = x.device();
+  require_f32("rope", x, "x", dev);
+  require_f32("rope", inv_freq, "inv_freq", dev);
   require(x.ndim() == 3, "rope", "x must be [n_tokens, n_head, head_dim], got ", x.shape_str());
-  require(int64_t(positions.size()) == x.dim(0), "rope", positions.size(), " positions for ",
+  require(int64_t(b.positions.size()) == x.dim(0), "rope", b.positions.size(), " positions for ",
           x.dim(0), " tokens");
-  require(int64_t(inv_freq.size()) * 2 <= x.dim(2), "rope", "rotary dims ", inv_freq.size() * 2,
-          " exceed head_dim ", x.dim(2));
-  cpu::rope(x.data<float>(), x.dim(0), x.dim(1), x.dim(2), positions, inv_freq);
+  const int64_t half = inv_freq.numel();
+  require(half * 2 <= x.dim(2), "rope", "rotary dims ", half * 2, " exceed head_dim ", x.dim(2));
+  if (dev == Device::CUDA) {
+    cuda::rope(x.data<float>(), x.dim(0), x.dim(1), x.dim(2), attn_meta("rope", b, x.dim(0)).positions,
+               inv_freq.data<float>(), half, cuda::stream());
+    return;
+  }
+  cpu::rope(x.data<float>(), x.dim(0), x.dim(1), x.dim(2), b.positions,
+            std::span<const float>(inv_freq.data<float>(), size_t(half)));
 }
 
 namespace {
 
-void check_rows(const char* op, std::span<const AttnRow> rows, int64_t n_tokens, const KvLayer& cache) {
-  require_cpu_f32(op, cache.k, "k_cache");
-  require_cpu_f32(op, cache.v, "v_cache");
+void check_rows(const char* op, std::span<const AttnRow> rows, int64_t n_tokens, const KvLayer& cache,
+                Device dev) {
+  const DType kv_dtype = dev == Device::CUDA ? DType::BF16 : DType::F32;
+  for (const Tensor* t : {&cache.k, &cache.v}) {
+    require(t->defined() && t->device() == dev && t->is_contiguous(), op, "cache must be contiguous on the device");
+    require(t->dtype() == kv_dtype, op, "cache must be ", dtype_name(kv_dtype), " here, got ", dtype_name(t->dtype()));
+  }
   require(cache.k.ndim() == 4 && cache.k.shape() == cache.v.shape(), op,
           "caches must be [n_blocks, block_size, n_head_kv, head_dim], got ", cache.k.shape_str());
   const int64_t block_size = cache.k.dim(1);
@@ -124,33 +254,55 @@ void check_rows(const char* op, std::span<const AttnRow> rows, int64_t n_tokens,
 
 }  // namespace
 
-void store_kv(const Tensor& k, const Tensor& v, std::span<const AttnRow> rows, const KvLayer& cache) {
-  require_cpu_f32("store_kv", k, "k");
-  require_cpu_f32("store_kv", v, "v");
-  check_rows("store_kv", rows, k.dim(0), cache);
+void store_kv(const Tensor& k, const Tensor& v, const BatchView& b, const KvLayer& cache) {
+  const Device dev = k.device();
+  require_f32("store_kv", k, "k", dev);
+  require_f32("store_kv", v, "v", dev);
+  check_rows("store_kv", b.rows, k.dim(0), cache, dev);
   const int64_t kv_dim = cache.k.dim(2) * cache.k.dim(3);
   require(k.numel() == k.dim(0) * kv_dim && v.numel() == k.numel(), "store_kv", "k ", k.shape_str(),
           " / v ", v.shape_str(), " do not match the cache ", cache.k.shape_str());
-  cpu::store_kv(k.data<float>(), v.data<float>(), kv_dim, rows, cache.k.dim(1),
+  if (dev == Device::CUDA) {
+    cuda::store_kv(k.data<float>(), v.data<float>(), kv_dim, attn_meta("store_kv", b, k.dim(0)),
+                   static_cast<cuda::bf16_bits*>(cache.k.raw()), static_cast<cuda::bf16_bits*>(cache.v.raw()),
+                   cuda::stream());
+    return;
+  }
+  cpu::store_kv(k.data<float>(), v.data<float>(), kv_dim, b.rows, cache.k.dim(1),
                 cache.k.data<float>(), cache.v.data<float>());
 }
 
-void paged_attention(const Tensor& q, const KvLayer& cache, std::span<const AttnRow> rows,
-                     float scale, int32_t window, const Tensor& out) {
-  require_cpu_f32("paged_attention", q, "q");
-  require_cpu_f32("paged_attention", out, "out");
+int64_t attention_workspace(const Tensor& q, const BatchView& b) {
+  if (!on_cuda(q) || b.device == nullptr) return 0;
+  const size_t bytes = cuda::attention_workspace_bytes(q.dim(0), q.dim(1), q.dim(2), b.device->max_context);
+  return int64_t((bytes + 3) / 4);
+}
+
+void paged_attention(const Tensor& q, const KvLayer& cache, const BatchView& b, float scale, int32_t window,
+                     const Tensor& out, const Tensor& workspace) {
+  const Device dev = q.device();
+  require_f32("paged_attention", q, "q", dev);
+  require_f32("paged_attention", out, "out", dev);
   require(q.ndim() == 3, "paged_attention", "q must be [n_tokens, n_head, head_dim], got ", q.shape_str());
-  check_rows("paged_attention", rows, q.dim(0), cache);
+  check_rows("paged_attention", b.rows, q.dim(0), cache, dev);
   const int64_t n_head = q.dim(1), head_dim = q.dim(2), n_head_kv = cache.k.dim(2);
   require(cache.k.dim(3) == head_dim && n_head % n_head_kv == 0, "paged_attention", "q ",
           q.shape_str(), " does not fit cache ", cache.k.shape_str());
   require(out.numel() == q.numel(), "paged_attention", "out ", out.shape_str(), " vs q ", q.shape_str());
+  if (dev == Device::CUDA) {
+    const int64_t need = attention_workspace(q, b);
+    require(workspace.defined() ? workspace.numel() >= need && workspace.device() == dev : need == 0,
+            "paged_attention", "workspace of ", workspace.defined() ? workspace.numel() : 0,
+            " floats, needs ", need);
+    cuda::paged_attention(q.data<float>(), bf16_ptr(cache.k), bf16_ptr(cache.v), cache.k.dim(1), n_head,
+                          n_head_kv, head_dim, attn_meta("paged_attention", b, q.dim(0)), scale, window,
+                          out.data<float>(), need ? workspace.raw() : nullptr, cuda::stream());
+    return;
+  }
   cpu::paged_attention(q.data<float>(), cache.k.data<float>(), cache.v.data<float>(), cache.k.dim(1),
-                       n_head, n_head_kv, head_dim, rows, scale, window, out.data<float>());
+                       n_head, n_head_kv, head_dim, b.rows, scale, window, out.data<float>());
 }
 
-
-// ---- Linear attention ---------------------------------------------------------
 
 void slice_cols(const Tensor& x, int64_t begin, const Tensor& y) {
   require_cpu_f32("slice_cols", x, "x");

@@ -13,8 +13,11 @@
 namespace augur::ops {
 
 // out[t, :] = table[ids[t], :]
-// table: [n_vocab, d_model] bf16|f32; out: [n_tokens, d_model] f32
-void embedding(const Tensor& table, std::span<const int32_t> ids, const Tensor& out);
+// table: [n_vocab, d_model] bf16|f32; out: [n_tokens, d_model] f32. On CUDA the
+// ids come from device->tokens (checked against `ids` on the host).
+struct DeviceBatch;
+void embedding(const Tensor& table, std::span<const int32_t> ids, const Tensor& out,
+               const DeviceBatch* device = nullptr);
 
 // y = x · wᵀ (PyTorch Linear).  x: [M, K] f32; w: [N, K] bf16|f32; y: [M, N] f32
 void linear(const Tensor& x, const Tensor& w, const Tensor& y);
@@ -28,16 +31,10 @@ void add_inplace(const Tensor& a, const Tensor& b);
 // out = silu(gate) * up.  gate, up, out: [M, D] f32 (out may alias gate)
 void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out);
 
-// Rotary embedding, rotate-half (GPT-NeoX) layout, on the first 2*len(inv_freq)
-// dims of each head; the rest pass through.
-// x: [n_tokens, n_head, head_dim] f32, in place; positions: [n_tokens];
-// inv_freq: [rot_dim / 2] f32
-void rope(const Tensor& x, std::span<const int32_t> positions, std::span<const float> inv_freq);
-
 // Paged KV cache of one layer: fixed-size blocks of token slots.
 struct KvLayer {
-  Tensor k;  // [n_blocks, block_size, n_head_kv, head_dim] f32
-  Tensor v;  // [n_blocks, block_size, n_head_kv, head_dim] f32
+  Tensor k;  // [n_blocks, block_size, n_head_kv, head_dim] f32 (CPU) or bf16 (CUDA)
+  Tensor v;  // [n_blocks, block_size, n_head_kv, head_dim] f32 (CPU) or bf16 (CUDA)
 };
 
 // One row of a flattened batch, as the attention ops see it: tokens
@@ -50,17 +47,56 @@ struct AttnRow {
   std::span<const int32_t> block_table;
 };
 
+// The batch layout on an accelerator: built from the host rows once per
+// forward, so that kernels read positions and block tables from device
+// memory (and a captured CUDA graph can replay with new ones).
+struct DeviceBatch {
+  Tensor tokens;        // [n_tokens] i32
+  Tensor positions;     // [n_tokens] i32
+  Tensor slot_mapping;  // [n_tokens] i32: block * block_size + offset of each token
+  Tensor token_row;     // [n_tokens] i32
+  Tensor block_tables;  // [n_rows, max_blocks] i32 (unused entries -1)
+  int32_t max_blocks = 0;
+  int32_t max_context = 0;     // bound on position + 1 that sizes attention grids
+  int32_t max_row_tokens = 0;  // 1: a pure decode batch
+};
+
+// Where the tokens of a batch sit: host rows and positions always, and the
+// device copy when the tensors live on an accelerator.
+struct BatchView {
+  std::span<const AttnRow> rows;
+  std::span<const int32_t> positions;  // [n_tokens]
+  const DeviceBatch* device = nullptr;
+};
+
+// Builds the device copy of a layout (block_size of the cache it addresses;
+// max_context a bound on every position + 1).
+DeviceBatch upload_batch(Device d, std::span<const int32_t> tokens, std::span<const AttnRow> rows,
+                         int64_t block_size, int64_t max_context);
+// Refills `into` (same sizes: a replayed graph reads it) with a new layout.
+void reupload_batch(const DeviceBatch& into, std::span<const int32_t> tokens, std::span<const AttnRow> rows,
+                    int64_t block_size);
+
+// Rotary embedding, rotate-half (GPT-NeoX) layout, on the first 2*len(inv_freq)
+// dims of each head; the rest pass through.
+// x: [n_tokens, n_head, head_dim] f32, in place; inv_freq: [rot_dim / 2] f32 on x's device
+void rope(const Tensor& x, const BatchView& batch, const Tensor& inv_freq);
+
 // Writes k, v of every token into its row's slots (position p of a row lives
 // in block block_table[p / block_size], slot p % block_size).
 // k, v: [n_tokens, n_head_kv, head_dim] f32
-void store_kv(const Tensor& k, const Tensor& v, std::span<const AttnRow> rows, const KvLayer& cache);
+void store_kv(const Tensor& k, const Tensor& v, const BatchView& batch, const KvLayer& cache);
 
 // Causal attention over the paged cache, GQA (n_head a multiple of n_head_kv):
 // token t of a row at position p attends to positions [max(0, p - window + 1), p]
 // of its row (window 0 = unlimited).
-// q: [n_tokens, n_head, head_dim] f32; out: [n_tokens, n_head, head_dim] f32
-void paged_attention(const Tensor& q, const KvLayer& cache, std::span<const AttnRow> rows,
-                     float scale, int32_t window, const Tensor& out);
+// q: [n_tokens, n_head, head_dim] f32; out: [n_tokens, n_head, head_dim] f32;
+// workspace: attention_workspace(...) elements of f32 on q's device (CUDA's
+// split-context partials; unused on the CPU), owned by the caller so that a
+// captured graph keeps addressing it.
+int64_t attention_workspace(const Tensor& q, const BatchView& batch);
+void paged_attention(const Tensor& q, const KvLayer& cache, const BatchView& batch, float scale,
+                     int32_t window, const Tensor& out, const Tensor& workspace);
 
 // ---- Linear attention (Gated DeltaNet) -------------------------------------
 

@@ -1,5 +1,6 @@
 // augur bench --synthetic NAME: prefill and decode speed of a model of a known
-// shape with random weights, against the machine's measured copy bandwidth.
+// shape with random weights, against the copy bandwidth of the device it runs
+// on (measured here, counting bytes read + written).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -7,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "backend/device.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -21,110 +23,192 @@ using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-// Copy bandwidth, counted as bytes read + bytes written per second: a large
-// memcpy split over the pool's threads, best of several runs.
-double measure_copy_bandwidth(ThreadPool& pool) {
-  const size_t bytes = size_t(1) << 30;
-  HostBuffer src(bytes), dst(bytes);
-  std::memset(src.data(), 1, bytes);
+// Copy bandwidth of `device`: a 1 GiB copy (split over the threads on the
+// CPU), best of several, counted as bytes read + bytes written.
+double measure_copy_bandwidth(Device device) {
+  const int64_t bytes = int64_t(1) << 30;
+  Tensor src = empty_on(device, DType::U8, {bytes}), dst = empty_on(device, DType::U8, {bytes});
+  if (device == Device::CPU) std::memset(src.raw(), 1, size_t(bytes));
+  ThreadPool& pool = ThreadPool::global();
+  const int64_t chunk = int64_t(1) << 20;
   double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
+  for (int rep = 0; rep < 6; ++rep) {
+    synchronize(device);
     auto t0 = Clock::now();
-    pool.parallel_for(int64_t(bytes >> 20), 1, [&](int64_t b, int64_t e) {
-      std::memcpy(static_cast<char*>(dst.data()) + (b << 20), static_cast<char*>(src.data()) + (b << 20),
-                  size_t(e - b) << 20);
-    });
-    best = std::max(best, 2.0 * double(bytes) / seconds(t0, Clock::now()));
+    if (device == Device::CPU) {
+      pool.parallel_for(bytes / chunk, 1, [&](int64_t b, int64_t e) {
+        std::memcpy(dst.data<char>() + b * chunk, src.data<char>() + b * chunk, size_t((e - b) * chunk));
+      });
+    } else {
+      copy_tensor(src, dst);
+      synchronize(device);
+    }
+    if (rep > 0) best = std::max(best, 2.0 * double(bytes) / seconds(t0, Clock::now()));
   }
   return best;
 }
 
+std::vector<int32_t> random_ids(int64_t n, int64_t n_vocab, std::mt19937& rng) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& t : ids) t = int32_t(rng() % uint32_t(n_vocab));
+  return ids;
+}
+
+struct DecodeFigures {
+  int64_t batch, context, steps;
+  double seconds, tokens_per_s, bytes_per_step, bytes_per_s;
+};
+
+// `batch` sequences, each prefilled with `context` tokens, decode `steps`
+// tokens together (one forward per step, greedy).
+DecodeFigures time_decode(Model& model, int64_t batch, int64_t context, int64_t steps, std::mt19937& rng) {
+  const ModelInfo& info = model.info();
+  RunnerOptions ro;
+  ro.max_cached_tokens = batch * (context + steps + 16);
+  ro.prefill_chunk = std::min<int64_t>(context, 4096);
+  ro.max_sequences = batch;
+  Runner runner(model, ro);
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  std::vector<Sequence*> ptrs;
+  std::vector<int32_t> next(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    seqs.push_back(runner.new_sequence());
+    ptrs.push_back(seqs.back().get());
+    Tensor logits = runner.feed(*seqs.back(), random_ids(context, info.n_vocab, rng));
+    next[size_t(b)] = argmax({logits.data<float>(), size_t(info.n_vocab)});
+  }
+  std::vector<std::span<const int32_t>> feed(static_cast<size_t>(batch));
+  std::vector<int32_t> wants(static_cast<size_t>(batch), 1);
+  auto step = [&] {
+    for (int64_t b = 0; b < batch; ++b) feed[size_t(b)] = {&next[size_t(b)], 1};
+    Tensor logits = runner.step(ptrs, feed, wants);
+    for (int64_t b = 0; b < batch; ++b)
+      next[size_t(b)] = argmax({logits.data<float>() + b * info.n_vocab, size_t(info.n_vocab)});
+  };
+  step();  // warm-up: first-use allocations
+  double kv_tokens = 0;
+  auto t0 = Clock::now();
+  for (int64_t s = 0; s < steps; ++s) {
+    kv_tokens += double(batch) * double(seqs[0]->length() + 1);
+    step();
+  }
+  DecodeFigures f{batch, context, steps, seconds(t0, Clock::now()), 0, 0, 0};
+  f.tokens_per_s = double(batch * steps) / f.seconds;
+  // A step reads every weight once, plus the K/V of every row's context.
+  f.bytes_per_step = double(info.decode_weight_bytes) + double(info.kv.bytes_per_token(info.device)) * kv_tokens / double(steps);
+  f.bytes_per_s = f.bytes_per_step * double(steps) / f.seconds;
+  return f;
+}
+
 struct BenchArgs {
+  std::string device;  // "" = CUDA where a GPU is present, else the CPU
   std::string synthetic;
   int64_t prompt = 512;
   int64_t gen = 32;
+  std::string batches = "1";
+  std::string contexts;
   int threads = 0;
   bool json = false;
 };
 
+std::vector<int64_t> parse_list(const std::string& text, const char* option) {
+  std::vector<int64_t> out;
+  for (int32_t v : parse_ids(text, option)) {
+    if (v <= 0) fail("[bench] ", option, " values must be positive");
+    out.push_back(v);
+  }
+  return out;
+}
+
 int bench(const BenchArgs& a) {
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
-  ThreadPool& pool = ThreadPool::global();
   if (a.synthetic.empty()) fail("[bench] give --synthetic NAME");
   if (a.prompt <= 0 || a.gen <= 0) fail("[bench] --prompt and --gen must be positive");
   const auto names = synthetic_model_names();
   if (std::find(names.begin(), names.end(), a.synthetic) == names.end())
     make_synthetic_model(a.synthetic);  // throws, listing the known shapes
+  const std::vector<int64_t> batches = parse_list(a.batches, "--batch");
+  const std::vector<int64_t> contexts = a.contexts.empty() ? std::vector<int64_t>{} : parse_list(a.contexts, "--context");
+  const Device device = a.device.empty() ? default_device() : parse_device(a.device);
+  const int threads = ThreadPool::global().size();
 
-  std::fprintf(stderr, "measuring copy bandwidth (%d threads)...\n", pool.size());
-  const double copy_bw = measure_copy_bandwidth(pool);
-  std::fprintf(stderr, "building %s with random weights...\n", a.synthetic.c_str());
-  auto model = make_synthetic_model(a.synthetic, 1);
+  std::fprintf(stderr, "measuring %s copy bandwidth...\n", std::string(device_name(device)).c_str());
+  const double copy_bw = measure_copy_bandwidth(device);
+  std::fprintf(stderr, "building %s with random weights on %s...\n", a.synthetic.c_str(),
+               std::string(device_name(device)).c_str());
+  auto model = make_synthetic_model(a.synthetic, 1, device);
   const ModelInfo& info = model->info();
-
-  RunnerOptions ro;
-  ro.max_cached_tokens = a.prompt + a.gen + 64;
-  ro.prefill_chunk = a.prompt;
-  Runner runner(*model, ro);
   std::mt19937 rng(7);
-  std::vector<int32_t> prompt(size_t(a.prompt));
-  for (auto& t : prompt) t = int32_t(rng() % uint32_t(info.n_vocab));
 
-  {  // warm-up: touches scratch buffers and faults in pages
-    auto warm = runner.new_sequence();
-    runner.feed(*warm, std::span<const int32_t>(prompt.data(), 8));
-  }
-  auto seq = runner.new_sequence();
+  // Prefill: one sequence, the whole prompt in one forward.
   std::fprintf(stderr, "prefill %lld tokens...\n", (long long)a.prompt);
-  auto t0 = Clock::now();
-  Tensor logits = runner.feed(*seq, prompt);
-  const double prefill_s = seconds(t0, Clock::now());
-
-  std::fprintf(stderr, "decode %lld tokens...\n", (long long)a.gen);
-  const int64_t n_vocab = info.n_vocab;
-  int32_t tok = argmax({logits.data<float>(), size_t(n_vocab)});
-  int64_t kv_tokens_read = 0;
-  t0 = Clock::now();
-  for (int64_t i = 0; i < a.gen; ++i) {
-    kv_tokens_read += seq->length() + 1;
-    Tensor next = runner.feed(*seq, std::span<const int32_t>(&tok, 1));
-    tok = argmax({next.data<float>(), size_t(n_vocab)});
+  double prefill_s;
+  {
+    RunnerOptions ro;
+    ro.max_cached_tokens = 2 * (a.prompt + 16);
+    ro.prefill_chunk = a.prompt;
+    Runner runner(*model, ro);
+    const auto prompt = random_ids(a.prompt, info.n_vocab, rng);
+    runner.feed(*runner.new_sequence(), prompt);  // warm-up: allocations, kernel selection
+    auto seq = runner.new_sequence();
+    synchronize(device);
+    auto t0 = Clock::now();
+    runner.feed(*seq, prompt);
+    prefill_s = seconds(t0, Clock::now());
   }
-  const double decode_s = seconds(t0, Clock::now());
-
   const double prefill_tps = double(a.prompt) / prefill_s;
-  const double decode_tps = double(a.gen) / decode_s;
-  // Bytes one decode step must move: every weight it reads once, plus the
-  // K/V of the context so far.
-  const double bytes_per_token = double(info.decode_weight_bytes) +
-                                 double(info.kv.bytes_per_token()) * double(kv_tokens_read) / double(a.gen);
-  const double decode_bw = bytes_per_token * decode_tps;
   const double prefill_flops = 2.0 * double(info.n_params) * double(a.prompt);
 
+  std::vector<DecodeFigures> decode;
+  for (int64_t b : batches) {
+    std::fprintf(stderr, "decode: batch %lld, context %lld, %lld steps...\n", (long long)b, (long long)a.prompt,
+                 (long long)a.gen);
+    decode.push_back(time_decode(*model, b, a.prompt, a.gen, rng));
+  }
+  for (int64_t c : contexts) {
+    std::fprintf(stderr, "decode: batch 1, context %lld, %lld steps...\n", (long long)c, (long long)a.gen);
+    decode.push_back(time_decode(*model, 1, c, a.gen, rng));
+  }
+
   if (a.json) {
+    nlohmann::json d = nlohmann::json::array();
+    for (const auto& f : decode)
+      d.push_back({{"batch", f.batch},
+                   {"context", f.context},
+                   {"steps", f.steps},
+                   {"tokens_per_s", f.tokens_per_s},
+                   {"ms_per_step", 1e3 * f.seconds / double(f.steps)},
+                   {"bytes_per_step", f.bytes_per_step},
+                   {"bytes_per_s", f.bytes_per_s},
+                   {"fraction_of_copy_bandwidth", f.bytes_per_s / copy_bw}});
     nlohmann::json out = {{"model", a.synthetic},
-                          {"threads", pool.size()},
+                          {"device", device_name(device)},
+                          {"threads", threads},
                           {"n_params", info.n_params},
                           {"weight_bytes", info.weight_bytes},
                           {"copy_bandwidth_bytes_per_s", copy_bw},
                           {"prefill_tokens", a.prompt},
                           {"prefill_tokens_per_s", prefill_tps},
-                          {"prefill_gflops", prefill_flops / prefill_s / 1e9},
-                          {"decode_tokens", a.gen},
-                          {"decode_tokens_per_s", decode_tps},
-                          {"decode_bytes_per_token", bytes_per_token},
-                          {"decode_bytes_per_s", decode_bw},
-                          {"decode_fraction_of_copy_bandwidth", decode_bw / copy_bw}};
+                          {"prefill_tflops", prefill_flops / prefill_s / 1e12},
+                          {"decode", d}};
+    // The batch-1 figures at the top level, for scripts.
+    if (!decode.empty()) {
+      out["decode_tokens_per_s"] = decode[0].tokens_per_s;
+      out["decode_fraction_of_copy_bandwidth"] = decode[0].bytes_per_s / copy_bw;
+    }
     std::printf("%s\n", out.dump().c_str());
-  } else {
-    std::printf("model            %s (%.2f B params, %.2f GB weights), %d threads\n", a.synthetic.c_str(),
-                double(info.n_params) / 1e9, double(info.weight_bytes) / 1e9, pool.size());
-    std::printf("copy bandwidth   %.2f GB/s (read + write)\n", copy_bw / 1e9);
-    std::printf("prefill          %lld tokens: %.1f tok/s (%.1f GFLOP/s)\n", (long long)a.prompt, prefill_tps,
-                prefill_flops / prefill_s / 1e9);
-    std::printf("decode           %lld tokens: %.2f tok/s, %.2f GB/s = %.1f%% of copy bandwidth\n",
-                (long long)a.gen, decode_tps, decode_bw / 1e9, 100.0 * decode_bw / copy_bw);
+    return 0;
   }
+  std::printf("model            %s (%.2f B params, %.2f GB weights) on %s%s\n", a.synthetic.c_str(),
+              double(info.n_params) / 1e9, double(info.weight_bytes) / 1e9, std::string(device_name(device)).c_str(),
+              device == Device::CPU ? (", " + std::to_string(threads) + " threads").c_str() : "");
+  std::printf("copy bandwidth   %.2f GB/s (read + write)\n", copy_bw / 1e9);
+  std::printf("prefill          %lld tokens: %.1f tok/s (%.2f TFLOP/s)\n", (long long)a.prompt, prefill_tps,
+              prefill_flops / prefill_s / 1e12);
+  for (const auto& f : decode)
+    std::printf("decode           batch %lld, context %lld: %.2f tok/s, %.3f ms/step, %.1f GB/s = %.1f%% of copy bandwidth\n",
+                (long long)f.batch, (long long)f.context, f.tokens_per_s, 1e3 * f.seconds / double(f.steps),
+                f.bytes_per_s / 1e9, 100.0 * f.bytes_per_s / copy_bw);
   return 0;
 }
 
@@ -138,8 +222,11 @@ Handler add_bench(CLI::App& app) {
     for (const auto& n : synthetic_model_names()) s += (s.empty() ? "" : ", ") + n;
     return s;
   }())->required();
-  cmd->add_option("--prompt", a->prompt, "Prefill length")->capture_default_str();
+  cmd->add_option("--prompt", a->prompt, "Prefill length, and the context of the decode runs")->capture_default_str();
   cmd->add_option("--gen", a->gen, "Decode steps")->capture_default_str();
+  cmd->add_option("--batch", a->batches, "Decode batch sizes, e.g. 1,8,32,128")->capture_default_str();
+  cmd->add_option("--context", a->contexts, "Extra batch-1 decode runs at these context lengths, e.g. 128,8192");
+  cmd->add_option("--device", a->device, "cpu | cuda (default: cuda when a GPU is present)");
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all cores)");
   cmd->add_flag("--json", a->json, "Print one JSON object");
   return [a] { return bench(*a); };

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "backend/device.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -18,6 +19,7 @@ namespace augur::cli {
 namespace {
 
 struct ChatArgs {
+  std::string device;  // "" = CUDA where a GPU is present, else the CPU
   std::string model = AUGUR_DEFAULT_MODEL;
   std::string system;
   int64_t max_tokens = 256;
@@ -32,7 +34,8 @@ int chat(const ChatArgs& a) {
   validate(a.sampling);
   const TextModel text = TextModel::load(a.model);
   if (!text.chat) fail("[cli] chat: ", a.model, " has no chat_template");
-  auto model = load_model(a.model);
+  const Device device = a.device.empty() ? default_device() : parse_device(a.device);
+  auto model = load_model(a.model, device);
   RunnerOptions ro;
   ro.max_cached_tokens = a.ctx;
   Runner runner(*model, ro);
@@ -111,6 +114,7 @@ Handler add_chat(CLI::App& app) {
   cmd->add_option("--seed", a->sampling.seed, "Sampling seed");
   cmd->add_option("--stop", a->stops, "Stop a reply when it contains this text (repeatable)");
   cmd->add_option("--ctx", a->ctx, "KV cache capacity in tokens")->capture_default_str();
+  cmd->add_option("--device", a->device, "cpu | cuda (default: cuda when a GPU is present)");
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all cores)");
   return [a] { return chat(*a); };
 }

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "backend/device.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -39,6 +40,7 @@ std::vector<int32_t> parse_ids(const std::string& text, const char* option) {
 namespace {
 
 struct RunArgs {
+  std::string device;  // "" = CUDA where a GPU is present, else the CPU
   std::string model = AUGUR_DEFAULT_MODEL;
   std::string prompt_ids;
   std::string prompt;               // raw text
@@ -80,7 +82,8 @@ int run(const RunArgs& a) {
   if (!a.stops.empty() && !text) fail("[cli] --stop needs a text prompt (--prompt or --chat)");
   if (a.max_tokens < 0) fail("[cli] --max-tokens must be >= 0");
 
-  auto model = load_model(a.model);
+  const Device device = a.device.empty() ? default_device() : parse_device(a.device);
+  auto model = load_model(a.model, device);
   const ModelInfo& info = model->info();
   RunnerOptions ro;
   ro.block_size = a.block_size;
@@ -118,6 +121,7 @@ int run(const RunArgs& a) {
     nlohmann::json out = {
         {"model", a.model},
         {"model_type", info.model_type},
+        {"device", device_name(device)},
         {"prompt_ids", prompt},
         {"ids", res.ids},
         {"finish_reason", res.finish_reason},
@@ -163,6 +167,7 @@ Handler add_run(CLI::App& app) {
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the model's EOS tokens");
   cmd->add_flag("--json", a->json, "Print one JSON object");
   cmd->add_option("--logits-out", a->logits_out, "Write prompt_logits [n_prompt, n_vocab] as safetensors");
+  cmd->add_option("--device", a->device, "cpu | cuda (default: cuda when a GPU is present)");
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all cores)");
   cmd->add_option("--ctx", a->ctx, "KV cache capacity in tokens (default: prompt + max tokens)");
   cmd->add_option("--block-size", a->block_size, "Tokens per KV block")->capture_default_str();

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "backend/device.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "io/json_config.h"
@@ -52,8 +53,10 @@ struct LayerWeights {
 
 class DecoderModel final : public Model {
  public:
-  DecoderModel(const DecoderConfig& cfg, WeightSource& w, ModelInfo info) : cfg_(cfg) {
+  DecoderModel(const DecoderConfig& cfg, WeightSource& w, ModelInfo info)
+      : cfg_(cfg), scratch_(info.device), device_forward_(info.device, cfg.n_vocab) {
     info_ = std::move(info);
+    inv_freq_ = constant_f32(cfg.inv_freq, info_.device);
     const int64_t d = cfg.d_model, q_dim = cfg.n_head * cfg.head_dim, kv_dim = cfg.n_head_kv * cfg.head_dim;
     Progress progress("loading weights", cfg.n_layer + 1);
     embed_ = w.matrix("model.embed_tokens.weight", {cfg.n_vocab, d});  // [n_vocab, d_model]
@@ -114,34 +117,46 @@ class DecoderModel final : public Model {
 
   // Reference: LlamaModel.forward / Qwen3Model.forward (pre-norm residual blocks).
   void forward(std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits) override {
-    const BatchPlan plan = plan_batch(rows, cfg_.n_vocab, cfg_.max_position);
-    const int64_t T = plan.n_tokens(), d = cfg_.d_model;
-    if (logits.dim(0) != int64_t(plan.logit_tokens.size()) || logits.dim(-1) != cfg_.n_vocab)
-      fail("[forward] logits ", logits.shape_str(), " should be [", plan.logit_tokens.size(), ", ", cfg_.n_vocab, "]");
-    Tensor x = scratch_.get("x", {T, d});   // residual stream
-    Tensor h = scratch_.get("h", {T, d});   // normed input of a block
-    Tensor o = scratch_.get("o", {T, d});   // output of a block
-    ops::embedding(embed_, plan.tokens, x);
-    for (int64_t i = 0; i < cfg_.n_layer; ++i) {
-      const LayerWeights& l = layers_[size_t(i)];
-      ops::rms_norm(x, l.attn_norm, cfg_.rms_eps, h);
-      attention_block(h, l.attn, shape_, cfg_.inv_freq, plan, kv.layer(i), o, scratch_);
-      ops::add_inplace(x, o);
-      ops::rms_norm(x, l.mlp_norm, cfg_.rms_eps, h);
-      swiglu_mlp(h, l.mlp, o, scratch_);
-      ops::add_inplace(x, o);
-    }
-    output_logits(x, final_norm_, cfg_.rms_eps, head_, plan, logits, scratch_);
+    BatchPlan plan = plan_batch(rows, cfg_.n_vocab, cfg_.max_position);
+    const int64_t n_out = int64_t(plan.logit_tokens.size());
+    if (logits.dim(0) != n_out || logits.dim(-1) != cfg_.n_vocab || logits.device() != Device::CPU)
+      fail("[forward] logits ", logits.shape_str(), " should be [", n_out, ", ", cfg_.n_vocab, "] on the host");
+    auto body = [&](const BatchPlan& p, Scratch& scratch, const Tensor& out) { layers(p, kv, scratch, out); };
+    if (info_.device == Device::CPU)
+      body(plan, scratch_, logits);
+    else
+      device_forward_.run(plan, kv, logits, body);
   }
 
  private:
+  void layers(const BatchPlan& plan, KvCache& kv, Scratch& scratch, const Tensor& logits) {
+    const int64_t T = plan.n_tokens(), d = cfg_.d_model;
+    Tensor x = scratch.get("x", {T, d});  // residual stream
+    Tensor h = scratch.get("h", {T, d});  // normed input of a block
+    Tensor o = scratch.get("o", {T, d});  // output of a block
+    ops::embedding(embed_, plan.tokens, x, &plan.device);
+    for (int64_t i = 0; i < cfg_.n_layer; ++i) {
+      const LayerWeights& l = layers_[size_t(i)];
+      ops::rms_norm(x, l.attn_norm, cfg_.rms_eps, h);
+      attention_block(h, l.attn, shape_, inv_freq_, plan, kv.layer(i), o, scratch);
+      ops::add_inplace(x, o);
+      ops::rms_norm(x, l.mlp_norm, cfg_.rms_eps, h);
+      swiglu_mlp(h, l.mlp, o, scratch);
+      ops::add_inplace(x, o);
+    }
+    output_logits(x, final_norm_, cfg_.rms_eps, head_, plan, logits, scratch);
+  }
+
+
   DecoderConfig cfg_;
   AttentionShape shape_;
+  Tensor inv_freq_;    // [rot_dim / 2] f32 on the model's device
   Tensor embed_;       // [n_vocab, d_model]
   std::vector<LayerWeights> layers_;
   Tensor final_norm_;  // [d_model] f32
   Tensor head_;        // [n_vocab, d_model]
-  Scratch scratch_;
+  Scratch scratch_;               // CPU forwards
+  DeviceForward device_forward_;  // accelerator forwards (own scratch, decode graphs)
 };
 
 }  // namespace

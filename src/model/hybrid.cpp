@@ -164,6 +164,7 @@ class HybridModel final : public Model {
   HybridModel(const HybridConfig& cfg, HybridWeights weights, const WeightSource& src, ModelInfo info)
       : cfg_(cfg), w_(std::move(weights)) {
     info_ = std::move(info);
+    inv_freq_ = constant_f32(cfg.inv_freq, info_.device);
     AUGUR_ASSERT(int64_t(w_.layers.size()) == cfg.n_layer, "one HybridLayer per layer");
     shape_.n_head = cfg.n_head;
     shape_.n_head_kv = cfg.n_head_kv;
@@ -235,7 +236,7 @@ class HybridModel final : public Model {
       if (l.linear)
         gated_deltanet_block(h, l.gdn, cfg_.gdn, rec, kv.recurrent_layer(c), o, scratch_);
       else
-        attention_block(h, l.attn, shape_, cfg_.inv_freq, plan, kv.layer(c), o, scratch_);
+        attention_block(h, l.attn, shape_, inv_freq_, plan, kv.layer(c), o, scratch_);
       ops::add_inplace(x, o);
       ops::rms_norm(x, l.mlp_norm, cfg_.rms_eps, h);
       if (l.moe)
@@ -280,6 +281,7 @@ class HybridModel final : public Model {
   AttentionShape shape_;
   std::vector<int64_t> cache_index_;  // per layer: KV layer or recurrent layer index
   Scratch scratch_;
+  Tensor inv_freq_;  // [rot_dim / 2] f32
 };
 
 }  // namespace

@@ -1,27 +1,39 @@
+#include "backend/device.h"
 #include "core/error.h"
 #include "model/model.h"
 
+#include <atomic>
 #include <cstring>
 
 namespace augur {
 
-KvCache::KvCache(const KvSpec& spec, int64_t n_blocks, int64_t block_size)
-    : KvCache(spec, n_blocks, block_size, RecurrentSpec{}, 0) {}
+namespace {
+uint64_t next_cache_id() {
+  static std::atomic<uint64_t> next{1};
+  return next++;
+}
+}  // namespace
+
+KvCache::KvCache(const KvSpec& spec, int64_t n_blocks, int64_t block_size, Device device)
+    : KvCache(spec, n_blocks, block_size, RecurrentSpec{}, 0, device) {}
 
 KvCache::KvCache(const KvSpec& spec, int64_t n_blocks, int64_t block_size, const RecurrentSpec& recurrent,
-                 int64_t n_slots)
-    : spec_(spec), n_blocks_(n_blocks), block_size_(block_size), rspec_(recurrent), n_slots_(n_slots) {
+                 int64_t n_slots, Device device)
+    : id_(next_cache_id()), spec_(spec), n_blocks_(n_blocks), block_size_(block_size), rspec_(recurrent),
+      n_slots_(n_slots) {
   if (n_blocks <= 0 || block_size <= 0) fail("[kv_cache] need a positive block count and size");
+  const DType dtype = KvSpec::kv_dtype(device);
   for (int64_t i = 0; i < spec.n_layer; ++i) {
     ops::KvLayer l;
-    l.k = Tensor::empty(DType::F32, {n_blocks, block_size, spec.n_head_kv, spec.head_dim});
-    l.v = Tensor::empty(DType::F32, {n_blocks, block_size, spec.n_head_kv, spec.head_dim});
+    l.k = empty_on(device, dtype, {n_blocks, block_size, spec.n_head_kv, spec.head_dim});
+    l.v = empty_on(device, dtype, {n_blocks, block_size, spec.n_head_kv, spec.head_dim});
     layers_.push_back(std::move(l));
   }
   if (recurrent.n_layer == 0) {
     n_slots_ = 0;
     return;
   }
+  if (device != Device::CPU) fail("[kv_cache] recurrent state on ", device_name(device), " is not supported yet");
   if (n_slots <= 0) fail("[kv_cache] a model with recurrent layers needs at least one state slot");
   for (int64_t i = 0; i < recurrent.n_layer; ++i) {
     ops::RecurrentLayer l;
@@ -33,12 +45,8 @@ KvCache::KvCache(const KvSpec& spec, int64_t n_blocks, int64_t block_size, const
 
 void KvCache::copy_block(int32_t src, int32_t dst) {
   AUGUR_ASSERT(src >= 0 && src < n_blocks_ && dst >= 0 && dst < n_blocks_, "block id out of range");
-  const size_t block_elems = size_t(block_size_ * spec_.n_head_kv * spec_.head_dim);
   for (auto& l : layers_)
-    for (const Tensor* t : {&l.k, &l.v}) {
-      float* base = t->data<float>();
-      std::memcpy(base + size_t(dst) * block_elems, base + size_t(src) * block_elems, block_elems * 4);
-    }
+    for (const Tensor* t : {&l.k, &l.v}) copy_tensor(t->slice_rows(src, src + 1), t->slice_rows(dst, dst + 1));
 }
 
 namespace {

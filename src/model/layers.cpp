@@ -1,8 +1,11 @@
 #include "model/layers.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
+#include "backend/device.h"
 #include "core/error.h"
 
 namespace augur {
@@ -31,16 +34,82 @@ BatchPlan plan_batch(std::span<const ForwardRow> rows, int64_t n_vocab, int64_t 
   return plan;
 }
 
+void upload_plan(BatchPlan& plan, Device device, int64_t block_size, int64_t max_context) {
+  if (device == Device::CPU) return;
+  plan.device = ops::upload_batch(device, plan.tokens, plan.rows, block_size, max_context);
+}
+
 Tensor Scratch::get(const std::string& slot, std::initializer_list<int64_t> shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   Tensor& buf = buffers_[slot];
-  if (!buf.defined() || buf.numel() < n) buf = Tensor::empty(DType::F32, {n});
+  if (!buf.defined() || buf.numel() < n) buf = empty_on(device_, DType::F32, {std::max<int64_t>(n, 1)});
   return Tensor::view_of(buf.buffer(), 0, DType::F32, shape.begin(), int(shape.size()));
+}
+
+namespace {
+
+// Attention grids are sized by a bound on the context: the next power of two
+// above the longest row (at least 256), capped by the cache. Decode graphs are
+// keyed by it, so a growing context re-captures only at powers of two.
+int64_t context_bucket(const BatchPlan& plan, const KvCache& kv) {
+  int64_t need = 1;
+  for (int32_t p : plan.positions) need = std::max<int64_t>(need, int64_t(p) + 1);
+  int64_t bucket = 256;
+  while (bucket < need) bucket *= 2;
+  return std::min(bucket, kv.n_blocks() * kv.block_size());
+}
+
+bool is_decode_step(const BatchPlan& plan) {
+  if (plan.logit_tokens.size() != plan.rows.size()) return false;
+  for (const auto& r : plan.rows)
+    if (r.n_tokens != 1) return false;
+  return true;
+}
+
+}  // namespace
+
+DeviceForward::DeviceForward(Device device, int64_t n_vocab)
+    : device_(device), n_vocab_(n_vocab), scratch_(device) {
+  const char* env = std::getenv("AUGUR_CUDA_GRAPHS");
+  graphs_ = device == Device::CUDA && !(env && std::string(env) == "0");
+}
+
+void DeviceForward::run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, const Body& body) {
+  const int64_t ctx = context_bucket(plan, kv), n_out = int64_t(plan.logit_tokens.size());
+  if (!graphs_ || !is_decode_step(plan)) {
+    upload_plan(plan, device_, kv.block_size(), ctx);
+    Tensor out = scratch_.get("logits", {n_out, n_vocab_});
+    body(plan, scratch_, out);
+    copy_tensor(out, logits);
+    return;
+  }
+  auto& step = steps_[{kv.id(), int64_t(plan.rows.size()), ctx}];
+  if (!step) {
+    // First step of this shape: run it eagerly (its allocations happen now,
+    // outside the recording), then record the same step for later replays.
+    step = std::make_unique<Step>(Step{Scratch(device_), plan, nullptr});
+    upload_plan(step->plan, device_, kv.block_size(), ctx);
+    Tensor out = step->scratch.get("logits", {n_out, n_vocab_});
+    body(step->plan, step->scratch, out);
+    copy_tensor(out, logits);
+    step->work = capture(device_, [&] { body(step->plan, step->scratch, out); });
+    return;
+  }
+  ops::reupload_batch(step->plan.device, plan.tokens, plan.rows, kv.block_size());
+  step->work->replay();
+  copy_tensor(step->scratch.get("logits", {n_out, n_vocab_}), logits);
+}
+
+Tensor constant_f32(std::span<const float> values, Device device) {
+  Tensor host = Tensor::empty(DType::F32, {int64_t(values.size())});
+  std::copy(values.begin(), values.end(), host.data<float>());
+  return to_device(host, device);
 }
 
 void add_bias(const Tensor& y, const Tensor& bias) {
   if (!bias.defined()) return;
+  if (y.device() != Device::CPU) fail("[add_bias] biases are not supported on ", device_name(y.device()), " yet");
   const int64_t N = y.dim(-1), M = y.numel() / N;
   AUGUR_ASSERT(bias.numel() == N, "bias length");
   float* p = y.data<float>();
@@ -50,7 +119,7 @@ void add_bias(const Tensor& y, const Tensor& bias) {
 }
 
 void attention_block(const Tensor& x, const AttentionWeights& w, const AttentionShape& s,
-                     std::span<const float> inv_freq, const BatchPlan& plan,
+                     const Tensor& inv_freq, const BatchPlan& plan,
                      const ops::KvLayer& kv, const Tensor& out, Scratch& scratch) {
   const int64_t T = x.dim(0);
   Tensor q = scratch.get("attn.q", {T, s.n_head, s.head_dim});
@@ -77,11 +146,13 @@ void attention_block(const Tensor& x, const AttentionWeights& w, const Attention
     ops::rms_norm(q, w.q_norm, s.norm_eps, q);
     ops::rms_norm(k, w.k_norm, s.norm_eps, k);
   }
-  ops::rope(q, plan.positions, inv_freq);
-  ops::rope(k, plan.positions, inv_freq);
-  ops::store_kv(k, v, plan.rows, kv);
+  const ops::BatchView batch = plan.view();
+  ops::rope(q, batch, inv_freq);
+  ops::rope(k, batch, inv_freq);
+  ops::store_kv(k, v, batch, kv);
   Tensor attn = scratch.get("attn.out", {T, s.n_head, s.head_dim});
-  ops::paged_attention(q, kv, plan.rows, s.scale, s.window, attn);
+  Tensor workspace = scratch.get("attn.workspace", {ops::attention_workspace(q, batch)});
+  ops::paged_attention(q, kv, batch, s.scale, s.window, attn, workspace);
   if (w.output_gate) {
     Tensor flat = attn.reshape({T, s.n_head * s.head_dim});
     ops::sigmoid_mul(flat, gate, flat);
@@ -108,9 +179,10 @@ void output_logits(const Tensor& x, const Tensor& norm, float eps, const Tensor&
   const int64_t d_model = x.dim(1), n_out = int64_t(plan.logit_tokens.size());
   if (n_out == 0) return;
   Tensor h = scratch.get("out.h", {n_out, d_model});
-  for (int64_t i = 0; i < n_out; ++i)
-    std::memcpy(h.data<float>() + i * d_model, x.data<float>() + plan.logit_tokens[size_t(i)] * d_model,
-                size_t(d_model) * 4);
+  for (int64_t i = 0; i < n_out; ++i) {
+    const int64_t t = plan.logit_tokens[size_t(i)];
+    copy_tensor(x.slice_rows(t, t + 1), h.slice_rows(i, i + 1));
+  }
   ops::rms_norm(h, norm, eps, h);
   ops::linear(h, head, logits);
 }

@@ -3,11 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
+#include <tuple>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "backend/device.h"
 #include "backend/ops.h"
 #include "core/tensor.h"
 #include "model/model.h"
@@ -20,22 +24,62 @@ struct BatchPlan {
   std::vector<int32_t> positions;     // [n_tokens]
   std::vector<ops::AttnRow> rows;     // one per ForwardRow
   std::vector<int32_t> logit_tokens;  // [n_out] batch indices whose logits are returned
+  ops::DeviceBatch device;            // the layout on the model's accelerator, if any
   int64_t n_tokens() const { return int64_t(tokens.size()); }
+  ops::BatchView view() const {
+    return {rows, positions, device.tokens.defined() ? &device : nullptr};
+  }
 };
 
 // Validates rows against the model (token ids < n_vocab, positions within
 // max_position) and flattens them.
 BatchPlan plan_batch(std::span<const ForwardRow> rows, int64_t n_vocab, int64_t max_position);
 
-// Reusable activation buffers of one model, keyed by a slot name; a buffer is
-// reallocated only when a larger shape is asked for.
+// On an accelerator, uploads the plan's layout for a cache of `block_size`
+// whose positions stay below `max_context`.
+void upload_plan(BatchPlan& plan, Device device, int64_t block_size, int64_t max_context);
+
+// Reusable activation buffers of one model on its device, keyed by a slot
+// name; a buffer is reallocated only when a larger shape is asked for, so the
+// addresses of a decode step repeat (as a captured CUDA graph needs).
 class Scratch {
  public:
+  explicit Scratch(Device device = Device::CPU) : device_(device) {}
   Tensor get(const std::string& slot, std::initializer_list<int64_t> shape);
+  Device device() const { return device_; }
 
  private:
+  Device device_;
   std::map<std::string, Tensor> buffers_;
 };
+
+// The forward of a model on an accelerator: uploads the plan's layout, runs
+// `body` (which writes the logits of plan.logit_tokens into a device tensor)
+// and copies the logits to `logits` on the host. Pure decode steps (every row
+// one token, one logit) are recorded once per (cache, rows, context bucket)
+// as a CUDA graph and replayed, with their own scratch buffers so their
+// addresses never move; set AUGUR_CUDA_GRAPHS=0 to run them eagerly.
+class DeviceForward {
+ public:
+  using Body = std::function<void(const BatchPlan& plan, Scratch& scratch, const Tensor& logits)>;
+  DeviceForward(Device device, int64_t n_vocab);
+  void run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, const Body& body);
+
+ private:
+  struct Step {
+    Scratch scratch;
+    BatchPlan plan;  // the captured layout; refilled before each replay
+    std::unique_ptr<CapturedWork> work;
+  };
+  Device device_;
+  int64_t n_vocab_;
+  bool graphs_;
+  Scratch scratch_;  // eager forwards
+  std::map<std::tuple<uint64_t, int64_t, int64_t>, std::unique_ptr<Step>> steps_;
+};
+
+// A host vector as a tensor on `device` (small constants: RoPE frequencies).
+Tensor constant_f32(std::span<const float> values, Device device);
 
 struct AttentionWeights {
   Tensor wq, wk, wv, wo;  // [n_head*head_dim, d_model], [n_head_kv*head_dim, d_model] x2, [d_model, n_head*head_dim]
@@ -61,7 +105,7 @@ struct AttentionShape {
 // write K/V, attend, optional sigmoid output gate, project out.
 // x: [n_tokens, d_model] (already normed); out: [n_tokens, d_model]
 void attention_block(const Tensor& x, const AttentionWeights& w, const AttentionShape& shape,
-                     std::span<const float> inv_freq, const BatchPlan& plan,
+                     const Tensor& inv_freq, const BatchPlan& plan,
                      const ops::KvLayer& kv, const Tensor& out, Scratch& scratch);
 
 struct MlpWeights {
@@ -78,7 +122,7 @@ void swiglu_mlp(const Tensor& x, const MlpWeights& w, const Tensor& out, Scratch
 void output_logits(const Tensor& x, const Tensor& norm, float eps, const Tensor& head,
                    const BatchPlan& plan, const Tensor& logits, Scratch& scratch);
 
-// y += bias per row, when the bias is defined. y: [M, N]; bias: [N]
+// y += bias per row, when the bias is defined (CPU only). y: [M, N]; bias: [N]
 void add_bias(const Tensor& y, const Tensor& bias);
 
 }  // namespace augur

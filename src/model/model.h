@@ -21,7 +21,11 @@ struct KvSpec {
   int64_t n_layer = 0;  // layers that keep K/V
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
-  int64_t bytes_per_token() const { return n_layer * n_head_kv * head_dim * 2 * 4; }
+  int64_t bytes_per_token(Device d = Device::CPU) const {
+    return n_layer * n_head_kv * head_dim * 2 * int64_t(dtype_size(kv_dtype(d)));
+  }
+  // K/V are f32 on the CPU (exact against the reference), bf16 on CUDA.
+  static DType kv_dtype(Device d) { return d == Device::CUDA ? DType::BF16 : DType::F32; }
 };
 
 // What the recurrent state of a model looks like (linear-attention layers:
@@ -50,6 +54,7 @@ struct ModelInfo {
   int64_t decode_weight_bytes = 0;  // weight bytes one decode step reads
   std::vector<int32_t> eos_ids; // config.json + generation_config.json
   int32_t bos_id = -1;
+  Device device = Device::CPU;  // where weights, activations and the cache live
   KvSpec kv;
   RecurrentSpec recurrent;      // n_layer 0: no recurrent state
 };
@@ -60,12 +65,15 @@ struct ModelInfo {
 // handed out by the runtime's slot pool.
 class KvCache {
  public:
-  KvCache(const KvSpec& spec, int64_t n_blocks, int64_t block_size);
+  KvCache(const KvSpec& spec, int64_t n_blocks, int64_t block_size, Device device = Device::CPU);
   KvCache(const KvSpec& spec, int64_t n_blocks, int64_t block_size, const RecurrentSpec& recurrent,
-          int64_t n_slots);
+          int64_t n_slots, Device device = Device::CPU);
   const ops::KvLayer& layer(int64_t i) const { return layers_[size_t(i)]; }
   int64_t n_blocks() const { return n_blocks_; }
   int64_t block_size() const { return block_size_; }
+  // Unique over the process: tells caches apart even when one reuses the
+  // memory of another (captured decode graphs are keyed by it).
+  uint64_t id() const { return id_; }
   const KvSpec& spec() const { return spec_; }
   // Copies the contents of block `src` into block `dst` in every layer
   // (copy-on-write of a shared, partly filled block).
@@ -84,6 +92,7 @@ class KvCache {
   void load_slot(int32_t slot, const Tensor& saved);
 
  private:
+  uint64_t id_;
   KvSpec spec_;
   int64_t n_blocks_;
   int64_t block_size_;
@@ -116,14 +125,15 @@ class Model {
   ModelInfo info_;
 };
 
-// Loads a Hugging Face checkpoint directory (config.json + safetensors),
-// showing progress on a terminal. Unknown model_type is an error listing the
-// supported ones.
-std::unique_ptr<Model> load_model(const std::string& dir);
+// Loads a Hugging Face checkpoint directory (config.json + safetensors) onto
+// `device`, showing progress on a terminal. Unknown model_type is an error
+// listing the supported ones.
+std::unique_ptr<Model> load_model(const std::string& dir, Device device = Device::CPU);
 
 // A model of a known shape with random weights made in memory, for benchmarks
 // (see synthetic_model_names()).
-std::unique_ptr<Model> make_synthetic_model(const std::string& name, uint64_t seed = 0);
+std::unique_ptr<Model> make_synthetic_model(const std::string& name, uint64_t seed = 0,
+                                            Device device = Device::CPU);
 std::vector<std::string> synthetic_model_names();
 
 }  // namespace augur

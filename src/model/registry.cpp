@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "backend/device.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/json_config.h"
@@ -14,17 +15,18 @@ namespace {
 struct Family {
   const char* model_type;
   FamilyFactory factory;
+  bool cuda;  // every op the family uses has a CUDA implementation
 };
 
 // The registry: add a line when a family lands.
 constexpr Family kFamilies[] = {
-    {"llama", make_llama},
-    {"qwen3", make_qwen3},
-    {"qwen3_5", make_qwen3_5},             // text_config nested (multimodal checkpoint)
-    {"qwen3_5_text", make_qwen3_5},
-    {"qwen3_5_moe", make_qwen3_5_moe},     // text_config nested (multimodal checkpoint)
-    {"qwen3_5_moe_text", make_qwen3_5_moe},
-    {"qwen3_next", make_qwen3_next},
+    {"llama", make_llama, true},
+    {"qwen3", make_qwen3, true},
+    {"qwen3_5", make_qwen3_5, false},          // text_config nested (multimodal checkpoint)
+    {"qwen3_5_text", make_qwen3_5, false},
+    {"qwen3_5_moe", make_qwen3_5_moe, false},  // text_config nested (multimodal checkpoint)
+    {"qwen3_5_moe_text", make_qwen3_5_moe, false},
+    {"qwen3_next", make_qwen3_next, false},
 };
 
 void append_ids(const JsonConfig& cfg, const char* key, std::vector<int32_t>& ids) {
@@ -44,23 +46,41 @@ FamilyFactory find_family(std::string_view model_type) {
   return nullptr;
 }
 
+namespace {
+
+const Family& require_family(const JsonConfig& cfg, std::string_view model_type) {
+  for (const auto& f : kFamilies)
+    if (model_type == f.model_type) return f;
+  std::string known;
+  for (const auto& n : family_names()) known += (known.empty() ? "" : ", ") + n;
+  cfg.error("model_type", "'" + std::string(model_type) + "' is not supported; supported: " + known);
+}
+
+}  // namespace
+
+std::unique_ptr<Model> build_model(const JsonConfig& cfg, WeightSource& weights, ModelInfo info, Device device) {
+  const Family* family = &require_family(cfg, info.model_type);
+  if (!device_available(device))
+    fail("[model] device ", device_name(device), " is not available (no GPU, or a build without CUDA)");
+  if (device != Device::CPU && !family->cuda)
+    fail("[model] ", info.model_type, " does not run on ", device_name(device), " yet; use --device cpu");
+  info.device = device;
+  weights.set_device(device);
+  return family->factory(cfg, weights, std::move(info));
+}
+
 std::vector<std::string> family_names() {
   std::vector<std::string> names;
   for (const auto& f : kFamilies) names.emplace_back(f.model_type);
   return names;
 }
 
-std::unique_ptr<Model> load_model(const std::string& dir) {
+std::unique_ptr<Model> load_model(const std::string& dir, Device device) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(dir)) fail("[model] ", dir, ": not a model directory");
   const JsonConfig cfg = JsonConfig::load((fs::path(dir) / "config.json").string());
   const std::string model_type = cfg.get_string("model_type");
-  FamilyFactory factory = find_family(model_type);
-  if (!factory) {
-    std::string known;
-    for (const auto& n : family_names()) known += (known.empty() ? "" : ", ") + n;
-    cfg.error("model_type", "'" + model_type + "' is not supported; supported: " + known);
-  }
+  require_family(cfg, model_type);  // before touching the weights
   ModelInfo info;
   info.model_type = model_type;
   if (cfg.has("architectures") && !cfg.is_null("architectures")) {
@@ -74,7 +94,7 @@ std::unique_ptr<Model> load_model(const std::string& dir) {
 
   auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
   auto weights = checkpoint_weights(ckpt);
-  return factory(cfg, *weights, std::move(info));
+  return build_model(cfg, *weights, std::move(info), device);
 }
 
 }  // namespace augur

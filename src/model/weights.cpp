@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 
+#include "backend/device.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
@@ -93,10 +94,21 @@ class SyntheticWeights final : public WeightSource {
 
 }  // namespace
 
+Tensor WeightSource::place(Tensor t, bool matrix) const {
+  if (device_ == Device::CPU) return t;
+  if (matrix && t.dtype() != DType::BF16) {  // CUDA kernels read bf16 weights
+    Tensor b = Tensor::empty(DType::BF16, t.shape().data(), t.ndim());
+    for (int64_t i = 0; i < t.numel(); ++i) b.data<uint16_t>()[i] = f32_to_bf16(to_f32(t, i));
+    t = b;
+  }
+  return to_device(t, device_);
+}
+
 Tensor WeightSource::matrix(std::string_view name, std::initializer_list<int64_t> shape) {
   Tensor t = fetch(name, std::vector<int64_t>(shape), false);
   n_params_ += t.numel();
   bytes_ += int64_t(t.nbytes());
+  if (device_ != Device::CPU) return place(t, true);
   return t.dtype() == DType::F16 ? widen_f16(t) : t;
 }
 
@@ -106,7 +118,7 @@ Tensor WeightSource::vector_f32(std::string_view name, int64_t n, float add) {
   bytes_ += int64_t(t.nbytes());
   Tensor out = Tensor::empty(DType::F32, {n});
   for (int64_t i = 0; i < n; ++i) out.data<float>()[i] = to_f32(t, i) + add;
-  return out;
+  return place(out, false);
 }
 
 Tensor WeightSource::tensor_f32(std::string_view name, std::initializer_list<int64_t> shape) {
@@ -115,7 +127,7 @@ Tensor WeightSource::tensor_f32(std::string_view name, std::initializer_list<int
   bytes_ += int64_t(t.nbytes());
   Tensor out = Tensor::empty(DType::F32, t.shape().data(), t.ndim());
   for (int64_t i = 0; i < t.numel(); ++i) out.data<float>()[i] = to_f32(t, i);
-  return out;
+  return place(out, false);
 }
 
 Tensor select_rows(const Tensor& w, const std::vector<int64_t>& rows) {

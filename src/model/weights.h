@@ -31,6 +31,12 @@ class WeightSource {
   // A small tensor of any rank (conv kernels) as an f32 copy of the stored shape.
   Tensor tensor_f32(std::string_view name, std::initializer_list<int64_t> shape);
 
+  // Where matrix(), vector_f32() and tensor_f32() put what they return (the
+  // CPU by default). On CUDA matrices are bf16: other float types are
+  // rounded to it.
+  void set_device(Device d) { device_ = d; }
+  Device device() const { return device_; }
+
   int64_t n_params() const { return n_params_; }
   int64_t bytes() const { return bytes_; }
 
@@ -39,6 +45,8 @@ class WeightSource {
   virtual Tensor fetch(std::string_view name, const std::vector<int64_t>& shape, bool is_vector) = 0;
 
  private:
+  Tensor place(Tensor t, bool matrix) const;
+  Device device_ = Device::CPU;
   int64_t n_params_ = 0;
   int64_t bytes_ = 0;
 };

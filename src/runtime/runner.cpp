@@ -19,7 +19,7 @@ Runner::Runner(Model& model, const RunnerOptions& opts)
     : model_(&model),
       opts_(opts),
       kv_(model.info().kv, (opts.max_cached_tokens + opts.block_size - 1) / opts.block_size, opts.block_size,
-          model.info().recurrent, opts.max_sequences),
+          model.info().recurrent, opts.max_sequences, model.info().device),
       pool_(kv_.n_blocks()),
       slots_(kv_.n_slots()) {
   if (opts.prefill_chunk <= 0) fail("[runner] prefill_chunk must be positive");

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds the CUDA binaries on this machine (nvcc needed, no GPU) and copies
+# them into .dev/ (git-ignored), for scripts/cuda_device_test.sh on the GPU
+# machine: run `bash scripts/cuda_device_test.sh` there with carry [".dev"].
+# libstdc++/libgcc are linked statically; libcublasLt.so.13 comes from the
+# device's system or its pip package nvidia-cublas.
+#
+#   scripts/build_cuda_bundle.sh            # BUILD=build/cuda-bundle JOBS=2
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build/cuda-bundle}
+JOBS=${JOBS:-2}
+
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DAUGUR_STATIC_DEPS=ON -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
+targets=(test_cuda cuda_bench)
+if cmake --build "$BUILD" --target help | grep -q '^augur:'; then targets+=(augur); fi
+cmake --build "$BUILD" --target "${targets[@]}" -j"$JOBS"
+
+mkdir -p .dev
+cp "$BUILD/tests/test_cuda" "$BUILD/tests/cuda_bench" .dev/
+if [[ -x "$BUILD/bin/augur" ]]; then cp "$BUILD/bin/augur" .dev/; fi
+ls -l .dev

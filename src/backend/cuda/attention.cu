@@ -1,0 +1,728 @@
+// Causal GQA attention over the paged bf16 KV cache.
+//
+// Decode (few tokens, or one token per row): flash-decoding. Grid
+// (n_splits, n_head_kv * head passes, n_tokens); block = 4 warps, one KV head
+// and up to GP of its query heads, so K and V are read once per group. The
+// context [lo, p] of a token is cut into splits of split_len keys from lo;
+// each warp streams its own keys of each stage into a private ring of kDepth
+// stage buffers with cp.async (kDepth - 1 stages in flight while it computes
+// one) and keeps its own online softmax (m, l, acc), so warps never wait on
+// each other until the end, where the block merges its 4 warps and writes
+// either the output (the token's context fits one split) or a partial
+// (acc, m, l) that reduce_kernel merges. Grid sizes depend only on sizes,
+// never on positions: a split with no keys exits at once.
+//
+// Prefill (many tokens): FlashAttention-2 on mma.m16n8k16. A block takes 128
+// query rows = consecutive tokens x the G query heads of one KV head (GQA
+// packing: K/V tiles are loaded once for all G heads), walks the KV tiles of
+// the keys its tokens see with a cp.async double buffer, and keeps the online
+// softmax in registers. Q (pre-scaled by scale * log2 e) and P are rounded
+// to bf16 for the tensor cores. Tokens of different rows in one tile are
+// handled as segments, one pass each.
+//
+// Reference for both: eager_attention_forward (backend/cpu/ops_cpu.cpp).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <bit>
+#include <mutex>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/detail.h"
+
+namespace augur::cuda {
+namespace {
+
+constexpr int kDecodeMaxTokens = 8;
+constexpr int64_t kMaxPartials = 8192;  // n_tokens * n_head * n_splits bound (workspace size)
+constexpr int kMinSplitLen = 128;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// ---- shared helpers ---------------------------------------------------------
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+  const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+
+struct Geometry {
+  const int32_t* positions;
+  const int32_t* token_row;
+  const int32_t* block_tables;
+  int max_blocks;
+  int n_tokens;
+  int block_size;
+  int block_shift;  // log2(block_size) when a power of two (the usual 16), else -1
+  int n_head;
+  int n_head_kv;
+  int group;  // n_head / n_head_kv
+  int window;
+  float qscale;  // scale * log2(e)
+};
+
+__device__ __forceinline__ int first_key(int p, int window) { return window > 0 ? max(0, p - window + 1) : 0; }
+
+// Cache slot of position `pos` of a row (block table `bt`); shifts instead of
+// an integer division when the block size is a power of two.
+__device__ __forceinline__ int64_t slot_of(const int32_t* bt, int pos, const Geometry& geo) {
+  if (geo.block_shift >= 0)
+    return (int64_t(__ldg(bt + (pos >> geo.block_shift))) << geo.block_shift) + (pos & (geo.block_size - 1));
+  return int64_t(__ldg(bt + pos / geo.block_size)) * geo.block_size + pos % geo.block_size;
+}
+
+// ---- flash-decoding ---------------------------------------------------------
+
+template <int D>
+struct DecodeCfg {
+  static constexpr int kWarps = 4;
+  static constexpr int kChunks = D / 8;                        // 16-byte chunks of a key row
+  static constexpr int kParts = kChunks < 4 ? kChunks : 4;     // lanes per key, score phase
+  static constexpr int kKeys = 32 / kParts;                    // keys per warp per stage
+  static constexpr int kStage = kWarps * kKeys;                // keys per block per stage
+  static constexpr int kLanesPerRow = kChunks < 32 ? kChunks : 32;  // value phase: lanes across D
+  static constexpr int kKeyGroups = 32 / kLanesPerRow;
+  static constexpr int kStride = D + 8;                        // bf16 per smem key row (16-byte pad)
+  static constexpr int kDepth = D >= 256 ? 2 : 3;              // stage buffers per warp (4 blocks/SM at D 128)
+  static constexpr int kWarpBuf = kDepth * 2 * kKeys * kStride;  // [stage][K|V][key][kStride]
+  static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16, at most 256");
+};
+
+template <int D, int GP>
+constexpr size_t decode_smem_bytes() {
+  using C = DecodeCfg<D>;
+  const size_t q = size_t(GP) * D * 4;
+  const size_t p = size_t(C::kWarps) * C::kKeys * GP * 4;
+  const size_t kv = size_t(C::kWarps) * C::kWarpBuf * 2;
+  const size_t red = size_t(C::kWarps) * GP * (D + 2) * 4;
+  return q + p + (kv > red ? kv : red);
+}
+
+// q, out: [n_tokens, n_head, D] f32; caches: [n_blocks, block_size, n_head_kv, D] bf16;
+// part_acc: [n_tokens, n_head, n_splits, D]; part_ml: [n_tokens, n_head, n_splits] (m, l), log2 domain.
+template <int D, int GP>
+__global__ void __launch_bounds__(128) decode_kernel(const float* __restrict__ q, const uint16_t* __restrict__ k_cache,
+                                                     const uint16_t* __restrict__ v_cache, Geometry geo, int split_len,
+                                                     int n_splits, int n_hpass, float* __restrict__ out,
+                                                     float* __restrict__ part_acc, float2* __restrict__ part_ml) {
+  using C = DecodeCfg<D>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* qs = reinterpret_cast<float*>(smem);                        // [GP][D], pre-scaled
+  float* ps = qs + GP * D;                                            // [warp][key][GP]
+  uint16_t* kv = reinterpret_cast<uint16_t*>(ps + C::kWarps * C::kKeys * GP);
+
+  const int split = blockIdx.x;
+  const int kvh = int(blockIdx.y) / n_hpass, hpass = int(blockIdx.y) % n_hpass;
+  const int t = blockIdx.z;
+  const int h0 = kvh * geo.group + hpass * GP;                        // first query head of this block
+  const int n_heads_here = min(GP, geo.group - hpass * GP);
+  const int p = geo.positions[t];
+  const int lo = first_key(p, geo.window);
+  const int k_begin = lo + split * split_len;
+  if (k_begin > p) return;  // nothing of this token's context falls in this split
+  const int k_end = min(p + 1, k_begin + split_len);
+  const int32_t* bt = geo.block_tables + int64_t(geo.token_row[t]) * geo.max_blocks;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  for (int i = tid; i < GP * D; i += blockDim.x) {
+    const int h = i / D;
+    qs[i] = h < n_heads_here ? q[(int64_t(t) * geo.n_head + h0 + h) * D + i % D] * geo.qscale : 0.f;
+  }
+  __syncthreads();
+
+  uint16_t* wbuf = kv + warp * C::kWarpBuf;
+  float* wps = ps + warp * C::kKeys * GP;
+  const int n_stages = (k_end - k_begin + C::kStage - 1) / C::kStage;
+  const size_t row_stride = size_t(geo.n_head_kv) * D;
+
+  auto issue = [&](int st) {
+    uint16_t* kb = wbuf + (st % C::kDepth) * 2 * C::kKeys * C::kStride;
+    uint16_t* vb = kb + C::kKeys * C::kStride;
+    const int key0 = k_begin + st * C::kStage + warp * C::kKeys;
+    for (int i = lane; i < C::kKeys * C::kChunks; i += 32) {
+      const int kl = i / C::kChunks, c = i % C::kChunks;
+      const int pos = key0 + kl;
+      const bool valid = pos < k_end;
+      const size_t off = valid ? size_t(slot_of(bt, pos, geo)) * row_stride + size_t(kvh) * D + c * 8 : 0;
+      cp_async16(kb + kl * C::kStride + c * 8, k_cache + off, valid);
+      cp_async16(vb + kl * C::kStride + c * 8, v_cache + off, valid);
+    }
+  };
+
+  float m[GP], l[GP], acc[GP][8];
+#pragma unroll
+  for (int h = 0; h < GP; ++h) {
+    m[h] = -INFINITY, l[h] = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[h][e] = 0.f;
+  }
+  const int kl_s = lane / C::kParts, part = lane % C::kParts;        // score phase
+  const int c_v = lane % C::kLanesPerRow, kg = lane / C::kLanesPerRow;  // value phase
+
+  // Ring: stage st lives in buffer st % kDepth; kDepth - 1 stages ahead are in flight.
+#pragma unroll
+  for (int st = 0; st < C::kDepth - 1; ++st) {
+    if (st < n_stages) issue(st);
+    cp_async_commit();
+  }
+  for (int st = 0; st < n_stages; ++st) {
+    if (st + C::kDepth - 1 < n_stages) issue(st + C::kDepth - 1);
+    cp_async_commit();
+    cp_async_wait<C::kDepth - 1>();
+    __syncwarp();
+    const uint16_t* kb = wbuf + (st % C::kDepth) * 2 * C::kKeys * C::kStride;
+    const uint16_t* vb = kb + C::kKeys * C::kStride;
+    const int pos = k_begin + st * C::kStage + warp * C::kKeys + kl_s;
+    const bool valid = pos < k_end;
+
+    // Scores (log2 domain): lane (key kl_s, part) covers chunks part, part + kParts, ...
+    float s[GP];
+#pragma unroll
+    for (int h = 0; h < GP; ++h) s[h] = 0.f;
+#pragma unroll
+    for (int ci = 0; ci < C::kChunks / C::kParts; ++ci) {
+      const int c = part + ci * C::kParts;
+      const uint4 kr = *reinterpret_cast<const uint4*>(kb + kl_s * C::kStride + c * 8);
+      const float kf[8] = {bf16_lo(kr.x), bf16_hi(kr.x), bf16_lo(kr.y), bf16_hi(kr.y),
+                           bf16_lo(kr.z), bf16_hi(kr.z), bf16_lo(kr.w), bf16_hi(kr.w)};
+#pragma unroll
+      for (int h = 0; h < GP; ++h) {
+        const float4 qa = *reinterpret_cast<const float4*>(qs + h * D + c * 8);
+        const float4 qb = *reinterpret_cast<const float4*>(qs + h * D + c * 8 + 4);
+        s[h] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] + qb.x * kf[4] + qb.y * kf[5] +
+                qb.z * kf[6] + qb.w * kf[7];
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < GP; ++h) {
+#pragma unroll
+      for (int o = 1; o < C::kParts; o <<= 1) s[h] += __shfl_xor_sync(0xffffffffu, s[h], o);
+      s[h] = valid ? s[h] : -INFINITY;
+      // Online softmax over this warp's keys.
+      float mx = s[h];
+#pragma unroll
+      for (int o = C::kParts; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_new = fmaxf(m[h], mx);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float alpha = exp2f(m[h] - m_use);
+      const float pv = exp2f(s[h] - m_use);
+      float sum = pv;
+#pragma unroll
+      for (int o = C::kParts; o < 32; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      l[h] = l[h] * alpha + sum;
+      m[h] = m_new;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[h][e] *= alpha;
+      if (part == 0) wps[kl_s * GP + h] = pv;
+    }
+    __syncwarp();
+    // Values: lane (key group kg, chunk c_v) accumulates keys kg, kg + kKeyGroups, ...
+#pragma unroll
+    for (int ki = 0; ki < C::kKeys / C::kKeyGroups; ++ki) {
+      const int kl = kg + ki * C::kKeyGroups;
+      const uint4 vr = *reinterpret_cast<const uint4*>(vb + kl * C::kStride + c_v * 8);
+      const float vf[8] = {bf16_lo(vr.x), bf16_hi(vr.x), bf16_lo(vr.y), bf16_hi(vr.y),
+                           bf16_lo(vr.z), bf16_hi(vr.z), bf16_lo(vr.w), bf16_hi(vr.w)};
+#pragma unroll
+      for (int h = 0; h < GP; ++h) {
+        const float pw = wps[kl * GP + h];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[h][e] += pw * vf[e];
+      }
+    }
+    __syncwarp();
+  }
+  cp_async_wait<0>();
+
+  // Merge the key groups of the warp (same m), then the 4 warps.
+#pragma unroll
+  for (int o = C::kLanesPerRow; o < 32; o <<= 1)
+#pragma unroll
+    for (int h = 0; h < GP; ++h)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[h][e] += __shfl_xor_sync(0xffffffffu, acc[h][e], o);
+  __syncthreads();  // every warp is done with its stage buffers
+  float* red_acc = reinterpret_cast<float*>(kv);           // [warp][GP][D]
+  float* red_ml = red_acc + C::kWarps * GP * D;             // [warp][GP][2]
+  if (kg == 0) {
+#pragma unroll
+    for (int h = 0; h < GP; ++h)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) red_acc[(warp * GP + h) * D + c_v * 8 + e] = acc[h][e];
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int h = 0; h < GP; ++h) red_ml[(warp * GP + h) * 2] = m[h], red_ml[(warp * GP + h) * 2 + 1] = l[h];
+  }
+  __syncthreads();
+  for (int i = tid; i < n_heads_here * D; i += blockDim.x) {
+    const int h = i / D, d = i % D;
+    float mm = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < C::kWarps; ++w) mm = fmaxf(mm, red_ml[(w * GP + h) * 2]);
+    float a = 0.f, ll = 0.f;
+#pragma unroll
+    for (int w = 0; w < C::kWarps; ++w) {
+      const float f = exp2f(red_ml[(w * GP + h) * 2] - mm);  // a warp without keys has m = -inf: f = 0
+      a += f * red_acc[(w * GP + h) * D + d];
+      ll += f * red_ml[(w * GP + h) * 2 + 1];
+    }
+    const int64_t th = int64_t(t) * geo.n_head + h0 + h;
+    if (p - lo < split_len) {  // the whole context is in this split: no merge needed
+      out[th * D + d] = a / ll;
+    } else {
+      part_acc[(th * n_splits + split) * D + d] = a;
+      if (d == 0) part_ml[th * n_splits + split] = make_float2(mm, ll);
+    }
+  }
+}
+
+// Merges the splits of each (token, head) whose context spans more than one
+// split. Grid (n_head, n_tokens), 128 threads = kGroups split groups x D/4
+// float4 lanes (D <= 128; larger D loops). Dynamic smem: n_splits + 4 floats.
+__global__ void __launch_bounds__(128) reduce_kernel(const float* __restrict__ part_acc,
+                                                     const float2* __restrict__ part_ml,
+                                                     const int32_t* __restrict__ positions, int window,
+                                                     int split_len, int n_splits, int n_head, int D,
+                                                     float* __restrict__ out) {
+  extern __shared__ __align__(16) float wts[];  // [n_splits] merge weights, then [128 * 4] partial sums
+  __shared__ float red[4];
+  __shared__ float s_inv;
+  const int h = blockIdx.x, t = blockIdx.y;
+  const int p = positions[t];
+  if (p - first_key(p, window) < split_len) return;  // decode_kernel wrote the output itself
+  const int n_active = min(n_splits, (p - first_key(p, window)) / split_len + 1);
+  const int64_t th = int64_t(t) * n_head + h;
+  const float2* ml = part_ml + th * n_splits;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  float mm = -INFINITY;
+  for (int s = tid; s < n_active; s += blockDim.x) mm = fmaxf(mm, ml[s].x);
+  mm = warp_max(mm);
+  if (lane == 0) red[warp] = mm;
+  __syncthreads();
+  mm = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+  __syncthreads();
+  float ll = 0.f;
+  for (int s = tid; s < n_active; s += blockDim.x) {
+    const float2 v = ml[s];
+    const float f = exp2f(v.x - mm);
+    wts[s] = f;
+    ll += f * v.y;
+  }
+  ll = warp_sum(ll);
+  if (lane == 0) red[warp] = ll;
+  __syncthreads();
+  if (tid == 0) s_inv = 1.0f / (red[0] + red[1] + red[2] + red[3]);
+  __syncthreads();
+  const float inv = s_inv;
+  // Thread (group, lane4): float4 lane4 of D, splits group, group + groups, ...
+  const int n_vec = D / 4;
+  const int groups = n_vec >= 128 ? 1 : 128 / n_vec;
+  const int group = tid / n_vec, v4 = tid % n_vec;
+  const float* acc = part_acc + th * n_splits * D;
+  float* sums = wts + ((n_splits + 3) & ~3);  // [groups][D]
+  for (int vb = v4; vb < n_vec; vb += 128) {
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (group < groups) {
+      for (int s = group; s < n_active; s += groups) {
+        const float w = wts[s];
+        const float4 v = *reinterpret_cast<const float4*>(acc + int64_t(s) * D + vb * 4);
+        a.x += w * v.x, a.y += w * v.y, a.z += w * v.z, a.w += w * v.w;
+      }
+      *reinterpret_cast<float4*>(sums + group * D + vb * 4) = a;
+    }
+  }
+  __syncthreads();
+  for (int d = tid; d < D; d += blockDim.x) {
+    float a = 0.f;
+    for (int g = 0; g < groups; ++g) a += sums[g * D + d];
+    out[th * D + d] = a * inv;
+  }
+}
+
+// ---- prefill: FlashAttention-2 on mma.sync ------------------------------------
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  const unsigned s = unsigned(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  const unsigned s = unsigned(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+template <int D>
+struct PrefillCfg {
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kRows = kWarps * 16;                         // (token, head) rows per block
+  static constexpr int kBk = D <= 64 ? 64 : (D <= 128 ? 32 : 16);   // keys per KV tile
+  static constexpr int kStride = D + 8;                             // bf16 per smem row (16-byte pad)
+  static constexpr int kChunks = D / 8;
+  static constexpr int kMinBlocks = D >= 256 ? 1 : 2;
+  // Q, K and V tiles, then per-token ints (position, row) and the segment list.
+  static constexpr size_t kSmem = (size_t(kRows) + 4 * kBk) * kStride * 2 + (6 * kRows + 4) * 4;
+  static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16, at most 256");
+};
+
+// q, out: [n_tokens, n_head, D] f32; caches: [n_blocks, block_size, n_head_kv, D] bf16.
+// Grid (ceil(n_tokens / tokens_per_block), n_head_kv).
+template <int D>
+__global__ void __launch_bounds__(PrefillCfg<D>::kThreads, PrefillCfg<D>::kMinBlocks)
+    prefill_kernel(const float* __restrict__ q, const uint16_t* __restrict__ k_cache,
+                   const uint16_t* __restrict__ v_cache, Geometry geo, int tokens_per_block,
+                   float* __restrict__ out) {
+  using C = PrefillCfg<D>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint16_t* qs = reinterpret_cast<uint16_t*>(smem);   // [kRows][kStride]
+  uint16_t* ks = qs + C::kRows * C::kStride;          // [2][kBk][kStride]
+  uint16_t* vs = ks + 2 * C::kBk * C::kStride;        // [2][kBk][kStride]
+  int* s_pos = reinterpret_cast<int*>(vs + 2 * C::kBk * C::kStride);  // [kRows] per token of the tile
+  int* s_row = s_pos + C::kRows;
+  int* s_seg = s_row + C::kRows;                      // [kRows][4] segments: start, end, kv_lo, kv_hi
+  int* s_nseg = s_seg + 4 * C::kRows;
+
+  const int G = geo.group;
+  const int tile = int(gridDim.x) - 1 - int(blockIdx.x);  // heavy (late) tiles first
+  const int kvh = blockIdx.y;
+  const int t0 = tile * tokens_per_block;
+  const int t1 = min(geo.n_tokens, t0 + tokens_per_block);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+
+  for (int i = tid; i < t1 - t0; i += blockDim.x) {
+    s_pos[i] = geo.positions[t0 + i];
+    s_row[i] = geo.token_row[t0 + i];
+  }
+  // Q tile: row r = token (r / G) x head (r % G), scaled, bf16.
+  for (int i = tid; i < C::kRows * (D / 4); i += blockDim.x) {
+    const int r = i / (D / 4), d = (i % (D / 4)) * 4;
+    const int tl = r / G, t = t0 + tl;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (tl < tokens_per_block && t < t1) {
+      v = *reinterpret_cast<const float4*>(q + (int64_t(t) * geo.n_head + kvh * G + r % G) * D + d);
+      v.x *= geo.qscale, v.y *= geo.qscale, v.z *= geo.qscale, v.w *= geo.qscale;
+    }
+    *reinterpret_cast<uint2*>(qs + r * C::kStride + d) = make_uint2(bf16x2_rn(v.x, v.y), bf16x2_rn(v.z, v.w));
+  }
+  __syncthreads();
+  // Segments: maximal runs of tokens of one row, with the keys they see.
+  if (tid == 0) {
+    int n = 0;
+    for (int a = 0; a < t1 - t0;) {
+      int b = a + 1, klo = first_key(s_pos[a], geo.window), khi = s_pos[a];
+      while (b < t1 - t0 && s_row[b] == s_row[a]) {
+        klo = min(klo, first_key(s_pos[b], geo.window));
+        khi = max(khi, s_pos[b]);
+        ++b;
+      }
+      s_seg[4 * n] = a, s_seg[4 * n + 1] = b, s_seg[4 * n + 2] = klo, s_seg[4 * n + 3] = khi;
+      ++n;
+      a = b;
+    }
+    *s_nseg = n;
+  }
+  __syncthreads();
+
+  // This thread's two rows (g and g + 8 of the warp's 16).
+  int rp[2], rlo[2], rtok[2];
+  bool rvalid[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = warp * 16 + g + 8 * i;
+    const int tl = r / G;
+    rvalid[i] = tl < tokens_per_block && t0 + tl < t1;
+    rtok[i] = tl;
+    rp[i] = rvalid[i] ? s_pos[tl] : -1;
+    rlo[i] = rvalid[i] ? first_key(rp[i], geo.window) : 0;
+  }
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  const size_t row_stride = size_t(geo.n_head_kv) * D;
+
+  const int n_seg = *s_nseg;
+  for (int sg = 0; sg < n_seg; ++sg) {
+    const int seg_a = s_seg[4 * sg], seg_b = s_seg[4 * sg + 1];
+    const int kv_lo = s_seg[4 * sg + 2], kv_hi = s_seg[4 * sg + 3];
+    const int32_t* bt = geo.block_tables + int64_t(s_row[seg_a]) * geo.max_blocks;
+    bool act[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) act[i] = rvalid[i] && rtok[i] >= seg_a && rtok[i] < seg_b;
+    const int n_tiles = (kv_hi - kv_lo) / C::kBk + 1;
+
+    auto issue = [&](int it) {
+      uint16_t* kb = ks + (it & 1) * C::kBk * C::kStride;
+      uint16_t* vb = vs + (it & 1) * C::kBk * C::kStride;
+      const int key0 = kv_lo + it * C::kBk;
+      for (int i = tid; i < C::kBk * C::kChunks; i += blockDim.x) {
+        const int kl = i / C::kChunks, c = i % C::kChunks;
+        const int pos = key0 + kl;
+        const bool valid = pos <= kv_hi;
+        const size_t off =
+            valid ? size_t(slot_of(bt, pos, geo)) * row_stride + size_t(kvh) * D + c * 8 : 0;
+        cp_async16(kb + kl * C::kStride + c * 8, k_cache + off, valid);
+        cp_async16(vb + kl * C::kStride + c * 8, v_cache + off, valid);
+      }
+    };
+
+    issue(0);
+    cp_async_commit();
+    for (int it = 0; it < n_tiles; ++it) {
+      if (it + 1 < n_tiles) issue(it + 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+      __syncthreads();
+      const uint16_t* kb = ks + (it & 1) * C::kBk * C::kStride;
+      const uint16_t* vb = vs + (it & 1) * C::kBk * C::kStride;
+      const int key0 = kv_lo + it * C::kBk;
+
+      // S = Q Kᵀ: [16 rows x kBk keys] per warp.
+      float sc[C::kBk / 8][4];
+#pragma unroll
+      for (int j = 0; j < C::kBk / 8; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t a[4];
+        ldmatrix_x4(a, qs + (warp * 16 + (lane & 15)) * C::kStride + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int np = 0; np < C::kBk / 16; ++np) {
+          uint32_t b[4];
+          ldmatrix_x4(b, kb + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * C::kStride + kk * 16 + ((lane >> 3) & 1) * 8);
+          mma_bf16_16816(sc[2 * np], a, b[0], b[1]);
+          mma_bf16_16816(sc[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+      // Mask, online softmax (rows g: e = 0, 1; g + 8: e = 2, 3).
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < C::kBk / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e >> 1, key = key0 + j * 8 + 2 * tq + (e & 1);
+          const bool ok = act[i] && key >= rlo[i] && key <= rp[i];
+          sc[j][e] = ok ? sc[j][e] : -INFINITY;
+          mx[i] = fmaxf(mx[i], sc[j][e]);
+        }
+      float alpha[2], mu[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+        const float m_new = fmaxf(m[i], mx[i]);
+        mu[i] = m_new == -INFINITY ? 0.f : m_new;
+        alpha[i] = exp2f(m[i] - mu[i]);
+        m[i] = m_new;
+        l[i] *= alpha[i];
+      }
+#pragma unroll
+      for (int j = 0; j < C::kBk / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float pv = exp2f(sc[j][e] - mu[e >> 1]);
+          sc[j][e] = pv;
+          l[e >> 1] += pv;
+        }
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        o[j][0] *= alpha[0], o[j][1] *= alpha[0];
+        o[j][2] *= alpha[1], o[j][3] *= alpha[1];
+      }
+      // O += P V.
+#pragma unroll
+      for (int kk = 0; kk < C::kBk / 16; ++kk) {
+        const uint32_t a[4] = {bf16x2_rn(sc[2 * kk][0], sc[2 * kk][1]), bf16x2_rn(sc[2 * kk][2], sc[2 * kk][3]),
+                               bf16x2_rn(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                               bf16x2_rn(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vb + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * C::kStride + dp * 16 +
+                                   (lane >> 4) * 8);
+          mma_bf16_16816(o[2 * dp], a, b[0], b[1]);
+          mma_bf16_16816(o[2 * dp + 1], a, b[2], b[3]);
+        }
+      }
+      __syncthreads();  // the buffer is refilled by the next issue
+    }
+    cp_async_wait<0>();
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (!rvalid[i]) continue;
+    const int r = warp * 16 + g + 8 * i;
+    const int t = t0 + rtok[i];
+    float* dst = out + (int64_t(t) * geo.n_head + kvh * G + r % G) * D;
+    const float inv = 1.0f / l[i];
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j)
+      *reinterpret_cast<float2*>(dst + j * 8 + 2 * tq) = make_float2(o[j][2 * i] * inv, o[j][2 * i + 1] * inv);
+  }
+}
+
+// ---- planning and launch ------------------------------------------------------
+
+struct DecodePlan {
+  int n_splits;
+  int split_len;
+};
+
+// Depends on sizes only. split_len is a multiple of every head_dim's stage.
+DecodePlan plan_decode(int64_t n_tokens, int64_t n_head, int64_t max_context) {
+  const int64_t cap = std::max<int64_t>(1, kMaxPartials / std::max<int64_t>(1, n_tokens * n_head));
+  const int64_t n = std::clamp<int64_t>(ceil_div(max_context, kMinSplitLen), 1, cap);
+  int64_t len = ceil_div(ceil_div(max_context, n), 64) * 64;
+  len = std::max<int64_t>(len, kMinSplitLen);
+  return {int(ceil_div(max_context, len)), int(len)};
+}
+
+template <typename Kernel>
+void set_smem(Kernel kernel, size_t bytes, std::once_flag& once) {
+  std::call_once(once, [&] {
+    AUGUR_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  });
+}
+
+template <int D, int GP>
+void launch_decode(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const Geometry& geo,
+                   const DecodePlan& plan, float* out, void* workspace, Stream s) {
+  const int n_hpass = (geo.group + GP - 1) / GP;
+  const dim3 grid(unsigned(plan.n_splits), unsigned(geo.n_head_kv * n_hpass), unsigned(geo.n_tokens));
+  const size_t smem = decode_smem_bytes<D, GP>();
+  static std::once_flag once;
+  set_smem(decode_kernel<D, GP>, smem, once);
+  float* part_acc = static_cast<float*>(workspace);
+  auto* part_ml = reinterpret_cast<float2*>(part_acc + int64_t(geo.n_tokens) * geo.n_head * plan.n_splits * D);
+  decode_kernel<D, GP><<<grid, 128, smem, s>>>(q, k_cache, v_cache, geo, plan.split_len, plan.n_splits, n_hpass,
+                                               out, part_acc, part_ml);
+  AUGUR_LAUNCHED("decode_kernel");
+  if (plan.n_splits > 1) {
+    const dim3 rgrid(unsigned(geo.n_head), unsigned(geo.n_tokens));
+    const size_t rsmem = (size_t((plan.n_splits + 3) & ~3) + 128 * 4 + 4) * sizeof(float);  // weights, sums, slack
+    reduce_kernel<<<rgrid, 128, rsmem, s>>>(
+        part_acc, part_ml, geo.positions, geo.window, plan.split_len, plan.n_splits, geo.n_head, D, out);
+    AUGUR_LAUNCHED("attention reduce_kernel");
+  }
+}
+
+template <int D>
+void decode_by_group(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const Geometry& geo,
+                     const DecodePlan& plan, float* out, void* workspace, Stream s) {
+  if (geo.group == 1) return launch_decode<D, 1>(q, k_cache, v_cache, geo, plan, out, workspace, s);
+  if (geo.group == 2) return launch_decode<D, 2>(q, k_cache, v_cache, geo, plan, out, workspace, s);
+  if (geo.group <= 4) return launch_decode<D, 4>(q, k_cache, v_cache, geo, plan, out, workspace, s);
+  launch_decode<D, 8>(q, k_cache, v_cache, geo, plan, out, workspace, s);
+}
+
+template <int D>
+void launch_prefill(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const Geometry& geo,
+                    float* out, Stream s) {
+  using C = PrefillCfg<D>;
+  const int tokens_per_block = C::kRows / geo.group;
+  const dim3 grid(unsigned(ceil_div(geo.n_tokens, tokens_per_block)), unsigned(geo.n_head_kv));
+  static std::once_flag once;
+  set_smem(prefill_kernel<D>, C::kSmem, once);
+  prefill_kernel<D><<<grid, C::kThreads, C::kSmem, s>>>(q, k_cache, v_cache, geo, tokens_per_block, out);
+  AUGUR_LAUNCHED("prefill_kernel");
+}
+
+Geometry check_geometry(const float* q, const bf16_bits* k_cache, const bf16_bits* v_cache, int64_t block_size,
+                        int64_t n_head, int64_t n_head_kv, const AttnMeta& meta, float scale, int32_t window,
+                        const float* out) {
+  if (n_head_kv <= 0 || n_head % n_head_kv != 0)
+    fail("[cuda] paged_attention: n_head ", n_head, " is not a multiple of n_head_kv ", n_head_kv);
+  if (n_head / n_head_kv > 128) fail("[cuda] paged_attention: GQA ratio ", n_head / n_head_kv, " exceeds 128");
+  if (block_size <= 0 || meta.max_context <= 0 || meta.max_blocks <= 0)
+    fail("[cuda] paged_attention: block_size, max_context and max_blocks must be positive");
+  if (((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k_cache) |
+        reinterpret_cast<uintptr_t>(v_cache) | reinterpret_cast<uintptr_t>(out)) & 15) != 0)
+    fail("[cuda] paged_attention: q, caches and out must be 16-byte aligned");
+  const uint64_t bs = uint64_t(block_size);
+  const int block_shift = std::has_single_bit(bs) ? std::countr_zero(bs) : -1;
+  return Geometry{meta.positions, meta.token_row, meta.block_tables, meta.max_blocks, meta.n_tokens,
+                  int(block_size),  block_shift,    int(n_head),       int(n_head_kv),
+                  int(n_head / n_head_kv), window,  scale * kLog2e};
+}
+
+bool use_decode(const AttnMeta& meta) { return meta.n_tokens <= kDecodeMaxTokens || meta.max_row_tokens == 1; }
+
+}  // namespace
+
+namespace detail {
+
+void paged_attention_decode(const float* q, const bf16_bits* k_cache, const bf16_bits* v_cache, int64_t block_size,
+                            int64_t n_head, int64_t n_head_kv, int64_t head_dim, const AttnMeta& meta, float scale,
+                            int32_t window, float* out, void* workspace, Stream s, int split_len) {
+  if (meta.n_tokens <= 0) return;
+  const Geometry geo = check_geometry(q, k_cache, v_cache, block_size, n_head, n_head_kv, meta, scale, window, out);
+  if (meta.n_tokens > 65535) fail("[cuda] paged_attention: ", meta.n_tokens, " decode tokens exceed 65535");
+  DecodePlan plan = plan_decode(meta.n_tokens, n_head, meta.max_context);
+  if (split_len > 0) plan = {int(ceil_div(meta.max_context, split_len)), split_len};
+  if (plan.n_splits > 1 && workspace == nullptr)
+    fail("[cuda] paged_attention: flash-decoding needs attention_workspace_bytes() of workspace");
+  switch (head_dim) {
+    case 16: return decode_by_group<16>(q, k_cache, v_cache, geo, plan, out, workspace, s);
+    case 32: return decode_by_group<32>(q, k_cache, v_cache, geo, plan, out, workspace, s);
+    case 64: return decode_by_group<64>(q, k_cache, v_cache, geo, plan, out, workspace, s);
+    case 128: return decode_by_group<128>(q, k_cache, v_cache, geo, plan, out, workspace, s);
+    case 256: return decode_by_group<256>(q, k_cache, v_cache, geo, plan, out, workspace, s);
+    default: break;
+  }
+  fail("[cuda] paged_attention: head_dim ", head_dim, " unsupported (16, 32, 64, 128, 256)");
+}
+
+}  // namespace detail
+
+size_t attention_workspace_bytes(int64_t n_tokens, int64_t n_head, int64_t head_dim, int64_t max_context) {
+  if (n_tokens <= 0 || max_context <= 0) return 0;
+  const DecodePlan plan = plan_decode(n_tokens, n_head, max_context);
+  if (plan.n_splits <= 1) return 0;
+  return size_t(n_tokens * n_head * plan.n_splits) * size_t(head_dim + 2) * sizeof(float);
+}
+
+void paged_attention(const float* q, const bf16_bits* k_cache, const bf16_bits* v_cache, int64_t block_size,
+                     int64_t n_head, int64_t n_head_kv, int64_t head_dim, const AttnMeta& meta, float scale,
+                     int32_t window, float* out, void* workspace, Stream s) {
+  if (meta.n_tokens <= 0) return;
+  if (use_decode(meta)) {
+    detail::paged_attention_decode(q, k_cache, v_cache, block_size, n_head, n_head_kv, head_dim, meta, scale, window,
+                                   out, workspace, s, 0);
+    return;
+  }
+  const Geometry geo = check_geometry(q, k_cache, v_cache, block_size, n_head, n_head_kv, meta, scale, window, out);
+  switch (head_dim) {
+    case 16: return launch_prefill<16>(q, k_cache, v_cache, geo, out, s);
+    case 32: return launch_prefill<32>(q, k_cache, v_cache, geo, out, s);
+    case 64: return launch_prefill<64>(q, k_cache, v_cache, geo, out, s);
+    case 128: return launch_prefill<128>(q, k_cache, v_cache, geo, out, s);
+    case 256: return launch_prefill<256>(q, k_cache, v_cache, geo, out, s);
+    default: break;
+  }
+  fail("[cuda] paged_attention: head_dim ", head_dim, " unsupported (16, 32, 64, 128, 256)");
+}
+
+}  // namespace augur::cuda

@@ -1,0 +1,155 @@
+// Shared by the CUDA kernel files: error checks that throw augur::Error naming
+// the call, the Context's definition, and small device helpers (bf16 bits,
+// 16-byte loads, warp reductions). Device code only: never include from .cpp.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "backend/cuda/kernels.h"
+#include "core/error.h"
+
+namespace augur::cuda {
+
+[[noreturn]] void throw_cuda(cudaError_t err, const char* call, const char* file, int line);
+[[noreturn]] void throw_cublas(cublasStatus_t st, const char* call, const char* file, int line);
+
+}  // namespace augur::cuda
+
+// Every CUDA runtime call goes through AUGUR_CUDA, every cuBLASLt call through
+// AUGUR_CUBLAS: a failure throws augur::Error("[cuda] <call>: <reason> (file:line)").
+#define AUGUR_CUDA(call)                                                                   \
+  do {                                                                                     \
+    cudaError_t augur_err_ = (call);                                                       \
+    if (augur_err_ != cudaSuccess) ::augur::cuda::throw_cuda(augur_err_, #call, __FILE__, __LINE__); \
+  } while (0)
+#define AUGUR_CUBLAS(call)                                                                      \
+  do {                                                                                          \
+    cublasStatus_t augur_st_ = (call);                                                          \
+    if (augur_st_ != CUBLAS_STATUS_SUCCESS) ::augur::cuda::throw_cublas(augur_st_, #call, __FILE__, __LINE__); \
+  } while (0)
+// After each kernel launch: a bad configuration shows up here, named.
+#define AUGUR_LAUNCHED(name)                                                                  \
+  do {                                                                                        \
+    cudaError_t augur_err_ = cudaGetLastError();                                              \
+    if (augur_err_ != cudaSuccess) ::augur::cuda::throw_cuda(augur_err_, name, __FILE__, __LINE__); \
+  } while (0)
+
+namespace augur::cuda {
+
+// A device allocation owned by one object (Context scratch only; tensors go
+// through the engine's allocator).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr, o.bytes_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// A cuBLASLt problem: shape, y's row stride and the operands' alignments
+// (packed), which decide the algorithms the heuristic may return.
+struct LtAlgoKey {
+  int64_t M, N, K, ldy;
+  int aligns;
+  bool operator<(const LtAlgoKey& o) const {
+    return std::tie(M, N, K, ldy, aligns) < std::tie(o.M, o.N, o.K, o.ldy, o.aligns);
+  }
+};
+
+// The process's CUDA state. Scratch buffers are used by one op at a time in
+// stream order, so every op that uses them must run on the same stream (or
+// the caller serialises streams).
+struct Context {
+  Context();
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  // x converted to bf16 for the tensor-core path; grows on demand (never
+  // while a graph is being captured on `s`: it throws then).
+  void* bf16_scratch(size_t bytes, Stream s);
+
+  int device = 0;
+  int sm_count = 0;
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  DeviceBuffer lt_workspace;        // kLtWorkspaceBytes for cuBLASLt
+  DeviceBuffer splitk_partials;     // kSplitKPartialBytes: skinny-GEMM split-K partial sums
+  DeviceBuffer splitk_counters;     // kSplitKCounters int32, zero between launches
+  DeviceBuffer x_bf16;              // grows: bf16 copy of x for cuBLASLt
+
+  std::mutex lt_mutex;              // guards lt_algos
+  std::map<LtAlgoKey, cublasLtMatmulAlgo_t> lt_algos;
+
+  static constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
+  static constexpr size_t kSplitKPartialBytes = size_t(8) << 20;
+  static constexpr int kSplitKCounters = 8192;
+};
+
+// ---- device helpers ---------------------------------------------------------
+
+__device__ __forceinline__ float bf16_lo(uint32_t packed) { return __uint_as_float(packed << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t packed) { return __uint_as_float(packed & 0xffff0000u); }
+__device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
+
+// Round to nearest even, NaN kept quiet: bit-identical to augur::f32_to_bf16.
+__device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+// Two floats as one bf16x2 register (lo in the low half), rounded to nearest even.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  return uint32_t(f32_to_bf16_bits(lo)) | (uint32_t(f32_to_bf16_bits(hi)) << 16);
+}
+
+// 16-byte load of data read once (weights, KV): skip L1.
+__device__ __forceinline__ uint4 ld_stream16(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// D += A·B, m16n8k16, bf16 inputs, f32 accumulators (PTX fragment layouts).
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+__host__ __device__ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+}  // namespace augur::cuda

@@ -1,0 +1,98 @@
+// The process's CUDA state: device 0, one non-blocking stream, the cuBLASLt
+// handle and the scratch buffers the kernels share.
+#include <cstdio>
+
+#include "backend/cuda/common.cuh"
+
+namespace augur::cuda {
+
+void throw_cuda(cudaError_t err, const char* call, const char* file, int line) {
+  fail("[cuda] ", call, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ") at ", file, ":",
+       line);
+}
+
+void throw_cublas(cublasStatus_t st, const char* call, const char* file, int line) {
+  fail("[cuda] ", call, ": cuBLAS status ", int(st), " at ", file, ":", line);
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+  if (bytes > 0) AUGUR_CUDA(cudaMalloc(&ptr_, bytes));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  // Never throws; at process exit the runtime may already be unloading.
+  if (ptr_ != nullptr) {
+    cudaError_t err = cudaFree(ptr_);
+    if (err != cudaSuccess && err != cudaErrorCudartUnloading)
+      std::fprintf(stderr, "[cuda] cudaFree: %s\n", cudaGetErrorString(err));
+  }
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    DeviceBuffer old(std::move(*this));
+    ptr_ = o.ptr_, bytes_ = o.bytes_;
+    o.ptr_ = nullptr, o.bytes_ = 0;
+  }
+  return *this;
+}
+
+Context::Context() {
+  int n = 0;
+  AUGUR_CUDA(cudaGetDeviceCount(&n));
+  if (n == 0) fail("[cuda] no CUDA device found");
+  AUGUR_CUDA(cudaSetDevice(device));
+  AUGUR_CUDA(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+  AUGUR_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  AUGUR_CUBLAS(cublasLtCreate(&lt));
+  lt_workspace = DeviceBuffer(kLtWorkspaceBytes);
+  splitk_partials = DeviceBuffer(kSplitKPartialBytes);
+  splitk_counters = DeviceBuffer(size_t(kSplitKCounters) * sizeof(int32_t));
+  AUGUR_CUDA(cudaMemsetAsync(splitk_counters.get(), 0, splitk_counters.bytes(), stream));
+  AUGUR_CUDA(cudaStreamSynchronize(stream));
+}
+
+Context::~Context() {
+  // Buffers free themselves; the handle and stream go last, errors ignored
+  // (destructors never throw, and at exit the driver may be gone).
+  if (lt != nullptr) cublasLtDestroy(lt);
+  if (stream != nullptr) cudaStreamDestroy(stream);
+}
+
+void* Context::bf16_scratch(size_t bytes, Stream s) {
+  if (x_bf16.bytes() < bytes) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    AUGUR_CUDA(cudaStreamIsCapturing(s, &status));
+    if (status != cudaStreamCaptureStatusNone)
+      fail("[cuda] matmul: bf16 scratch of ", x_bf16.bytes(), " bytes must grow to ", bytes,
+           " during graph capture; run the step once before capturing it");
+    // The old buffer may still be read by queued work.
+    AUGUR_CUDA(cudaStreamSynchronize(s));
+    x_bf16 = DeviceBuffer();
+    x_bf16 = DeviceBuffer(bytes + bytes / 4);
+  }
+  return x_bf16.get();
+}
+
+Context& context() {
+  static Context ctx;
+  return ctx;
+}
+
+Stream stream() { return context().stream; }
+
+bool available() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return false;
+  }
+  return n > 0;
+}
+
+void synchronize() {
+  AUGUR_CUDA(cudaStreamSynchronize(context().stream));
+  AUGUR_CUDA(cudaGetLastError());
+}
+
+}  // namespace augur::cuda

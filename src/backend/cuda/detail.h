@@ -1,0 +1,40 @@
+// Internal (host) entry points behind kernels.h: the matmul paths (gemv.cu,
+// gemm_lt.cu) and flash-decoding with a chosen split length (attention.cu),
+// for the dispatch, the tests and the benchmark's sweeps.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+
+namespace augur::cuda::detail {
+
+// Rows of x the skinny kernel takes (matmul_bf16 sends M <= kSkinnyDispatchM to
+// it, larger M to cuBLASLt, which was faster from M = 3 on the H200).
+constexpr int64_t kSkinnyMaxM = 8;
+constexpr int64_t kSkinnyDispatchM = 2;
+
+// Skinny path (M <= kSkinnyMaxM). splits = 0 picks the split-K factor;
+// otherwise K is cut into about `splits` pieces (benchmark sweeps).
+void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const bf16_bits* w, int64_t N,
+                   float* y, int64_t ldy, Stream s, int splits = 0);
+// The split-K factor skinny_matmul picks (0 if it takes the generic kernel).
+int skinny_splits(int64_t M, int64_t K, int64_t N);
+
+// cuBLASLt on x already in bf16 (xb: [M, K] contiguous). algo < 0: the best
+// heuristic result (cached per shape); otherwise the algo-th heuristic result.
+// Returns false when cuBLASLt has no algorithm (or no algo-th one).
+bool lt_matmul(const bf16_bits* xb, int64_t M, int64_t K, const bf16_bits* w, int64_t N, float* y,
+               int64_t ldy, Stream s, int algo = -1);
+// Fallback for shapes cuBLASLt refuses: one warp per output column.
+void generic_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const bf16_bits* w, int64_t N,
+                    float* y, int64_t ldy, Stream s);
+
+// Flash-decoding whatever n_tokens is. split_len 0: the planned split length
+// (as paged_attention); otherwise `split_len` keys per split, and `workspace`
+// must hold n_tokens * n_head * ceil(max_context / split_len) * (head_dim + 2) floats.
+void paged_attention_decode(const float* q, const bf16_bits* k_cache, const bf16_bits* v_cache, int64_t block_size,
+                            int64_t n_head, int64_t n_head_kv, int64_t head_dim, const AttnMeta& meta, float scale,
+                            int32_t window, float* out, void* workspace, Stream s, int split_len);
+
+}  // namespace augur::cuda::detail

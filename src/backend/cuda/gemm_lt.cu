@@ -1,0 +1,163 @@
+// Tensor-core matmul for M > 16 through cuBLASLt, and matmul_bf16's dispatch.
+//
+// y = x·wᵀ with x [M, K] and y [M, N] row-major, w [N, K] row-major. cuBLASLt
+// is column-major: a row-major [R, C] matrix is a column-major [C, R] one, so
+// yᵀ (column-major N x M, ld ldy) = op(A) · B with A = w seen as column-major
+// K x N (ld K) under CUBLAS_OP_T, and B = xb seen as column-major K x M (ld K).
+// bf16 x bf16 -> f32 output, f32 accumulation (CUBLAS_COMPUTE_32F).
+#include <cuda_bf16.h>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/detail.h"
+
+namespace augur::cuda {
+namespace {
+
+// x [M, K] (row stride ldx) -> xb [M, K] contiguous bf16, rounded to nearest even.
+__global__ void to_bf16_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t ldx,
+                               uint16_t* __restrict__ xb) {
+  const int64_t m = blockIdx.y;
+  const float* xr = x + m * ldx;
+  uint16_t* yr = xb + m * K;
+  const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
+  if (i + 4 <= K && ((reinterpret_cast<uintptr_t>(xr) | reinterpret_cast<uintptr_t>(yr)) & 7) == 0 &&
+      (reinterpret_cast<uintptr_t>(xr + i) & 15) == 0) {
+    const float4 v = *reinterpret_cast<const float4*>(xr + i);
+    uint2 o;
+    o.x = uint32_t(f32_to_bf16_bits(v.x)) | (uint32_t(f32_to_bf16_bits(v.y)) << 16);
+    o.y = uint32_t(f32_to_bf16_bits(v.z)) | (uint32_t(f32_to_bf16_bits(v.w)) << 16);
+    *reinterpret_cast<uint2*>(yr + i) = o;
+  } else {
+    for (int64_t j = i; j < i + 4 && j < K; ++j) yr[j] = f32_to_bf16_bits(xr[j]);
+  }
+}
+
+int alignment_of(const void* p, int64_t ld_bytes) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) | uintptr_t(ld_bytes) | 256;
+  return int(a & (~a + 1));  // lowest set bit, at most 256
+}
+
+template <typename T, cublasStatus_t (*Destroy)(T)>
+struct LtHandle {
+  T h = nullptr;
+  LtHandle() = default;
+  LtHandle(const LtHandle&) = delete;
+  LtHandle& operator=(const LtHandle&) = delete;
+  ~LtHandle() {
+    if (h != nullptr) Destroy(h);
+  }
+};
+using MatmulDesc = LtHandle<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>;
+using Layout = LtHandle<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>;
+using Preference = LtHandle<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>;
+
+struct LtProblem {
+  MatmulDesc op;
+  Layout a, b, c;
+  Preference pref;
+};
+
+void make_problem(LtProblem& p, int64_t M, int64_t K, int64_t N, int64_t ldy, int align_a, int align_b,
+                  int align_c) {
+  AUGUR_CUBLAS(cublasLtMatmulDescCreate(&p.op.h, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  AUGUR_CUBLAS(cublasLtMatmulDescSetAttribute(p.op.h, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  AUGUR_CUBLAS(cublasLtMatmulDescSetAttribute(p.op.h, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  AUGUR_CUBLAS(cublasLtMatrixLayoutCreate(&p.a.h, CUDA_R_16BF, uint64_t(K), uint64_t(N), K));
+  AUGUR_CUBLAS(cublasLtMatrixLayoutCreate(&p.b.h, CUDA_R_16BF, uint64_t(K), uint64_t(M), K));
+  AUGUR_CUBLAS(cublasLtMatrixLayoutCreate(&p.c.h, CUDA_R_32F, uint64_t(N), uint64_t(M), ldy));
+  AUGUR_CUBLAS(cublasLtMatmulPreferenceCreate(&p.pref.h));
+  const uint64_t ws = Context::kLtWorkspaceBytes;
+  AUGUR_CUBLAS(cublasLtMatmulPreferenceSetAttribute(p.pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                    sizeof(ws)));
+  const uint32_t aa = uint32_t(align_a), ab = uint32_t(align_b), ac = uint32_t(align_c);
+  AUGUR_CUBLAS(cublasLtMatmulPreferenceSetAttribute(p.pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa,
+                                                    sizeof(aa)));
+  AUGUR_CUBLAS(cublasLtMatmulPreferenceSetAttribute(p.pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab,
+                                                    sizeof(ab)));
+  AUGUR_CUBLAS(cublasLtMatmulPreferenceSetAttribute(p.pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac,
+                                                    sizeof(ac)));
+  AUGUR_CUBLAS(cublasLtMatmulPreferenceSetAttribute(p.pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac,
+                                                    sizeof(ac)));
+}
+
+}  // namespace
+
+namespace detail {
+
+bool lt_matmul(const bf16_bits* xb, int64_t M, int64_t K, const bf16_bits* w, int64_t N, float* y,
+               int64_t ldy, Stream s, int algo) {
+  Context& c = context();
+  const int align_a = alignment_of(w, K * 2), align_b = alignment_of(xb, K * 2);
+  const int align_c = alignment_of(y, ldy * 4);
+  LtProblem p;
+  make_problem(p, M, K, N, ldy, align_a, align_b, align_c);
+  const LtAlgoKey key{M, N, K, ldy, align_a * 1024 * 1024 + align_b * 1024 + align_c};
+  cublasLtMatmulAlgo_t chosen;
+  bool found = false;
+  if (algo < 0) {
+    std::lock_guard<std::mutex> lock(c.lt_mutex);
+    auto it = c.lt_algos.find(key);
+    if (it != c.lt_algos.end()) {
+      chosen = it->second;
+      found = true;
+    }
+  }
+  if (!found) {
+    constexpr int kMaxResults = 16;
+    if (algo >= kMaxResults) return false;
+    const int want = algo < 0 ? 1 : algo + 1;
+    cublasLtMatmulHeuristicResult_t results[kMaxResults] = {};
+    int n = 0;
+    cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(c.lt, p.op.h, p.a.h, p.b.h, p.c.h, p.c.h, p.pref.h, want, results, &n);
+    if (st != CUBLAS_STATUS_SUCCESS || n <= (algo < 0 ? 0 : algo)) return false;
+    chosen = results[algo < 0 ? 0 : algo].algo;
+    if (algo < 0) {
+      std::lock_guard<std::mutex> lock(c.lt_mutex);
+      c.lt_algos.emplace(key, chosen);
+    }
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  AUGUR_CUBLAS(cublasLtMatmul(c.lt, p.op.h, &alpha, w, p.a.h, xb, p.b.h, &beta, y, p.c.h, y, p.c.h, &chosen,
+                              c.lt_workspace.get(), Context::kLtWorkspaceBytes, s));
+  return true;
+}
+
+}  // namespace detail
+
+void to_bf16(const float* x, int64_t M, int64_t K, int64_t ldx, bf16_bits* xb, Stream s) {
+  if (M <= 0 || K <= 0) return;
+  if (M > 65535) fail("[cuda] to_bf16: M = ", M, " exceeds 65535 rows");
+  const dim3 grid(unsigned(ceil_div(ceil_div(K, 4), 256)), unsigned(M));
+  to_bf16_kernel<<<grid, 256, 0, s>>>(x, M, K, ldx, xb);
+  AUGUR_LAUNCHED("to_bf16_kernel");
+}
+
+void matmul_bf16_xb(const bf16_bits* xb, int64_t M, int64_t K, const bf16_bits* w, int64_t N, float* y,
+                    int64_t ldy, Stream s) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0 || ldy < N) fail("[cuda] matmul: bad shape M=", M, " K=", K, " N=", N, " ldy=", ldy);
+  if (!detail::lt_matmul(xb, M, K, w, N, y, ldy, s))
+    fail("[cuda] matmul: cuBLASLt has no algorithm for bf16 M=", M, " K=", K, " N=", N);
+}
+
+void matmul_bf16(const float* x, int64_t M, int64_t K, int64_t ldx, const bf16_bits* w, int64_t N, float* y,
+                 int64_t ldy, Stream s) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0 || ldx < K || ldy < N)
+    fail("[cuda] matmul: bad shape M=", M, " K=", K, " N=", N, " ldx=", ldx, " ldy=", ldy);
+  if (M <= detail::kSkinnyDispatchM) {
+    detail::skinny_matmul(x, M, K, ldx, w, N, y, ldy, s);
+    return;
+  }
+  Context& c = context();
+  if (M <= 65535) {
+    auto* xb = static_cast<bf16_bits*>(c.bf16_scratch(size_t(M * K) * 2, s));
+    to_bf16(x, M, K, ldx, xb, s);
+    if (detail::lt_matmul(xb, M, K, w, N, y, ldy, s)) return;
+  }
+  detail::generic_matmul(x, M, K, ldx, w, N, y, ldy, s);
+}
+
+}  // namespace augur::cuda

@@ -1,0 +1,220 @@
+// Skinny GEMM for decode (M <= 8 rows of x; matmul_bf16 uses it for M <= 2):
+// y[m, n] = sum_k x[m, k] w[n, k]. Memory-bound: every weight is read once for
+// all M rows.
+//
+// rows_kernel: a warp streams kRows = 4 weight rows; each load instruction
+// reads 512 contiguous bytes of one row (lane l takes k = 8l..8l+7 of each
+// 256-wide step), 8 loads of 16 bytes in flight per lane, so DRAM sees long
+// runs of each row. Products on the FMA units in f32 (x exact), lanes reduced
+// with shuffles at the end. (An mma.m16n8k16 variant, whose fragment layout
+// makes each load touch 8 rows x 64 bytes, streamed at ~55% of this one's rate
+// on the H200; cuBLASLt beats both from M = 3.)
+//
+// Split-K: short matrices (too few warps for 132 SMs) cut K into S ranges;
+// each warp writes its partial tile to scratch and the last warp of a tile to
+// arrive (a counter per tile) sums the S partials in order: one launch,
+// deterministic, counters left at zero for the next launch or graph replay.
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/detail.h"
+
+namespace augur::cuda {
+namespace {
+
+constexpr int kWarps = 4;             // warps per block: 4 row tiles sharing one K range (x hits L1)
+constexpr int kChunk = 256;           // K granularity of a split (partial passes are predicated)
+
+// Grid: S * ceil(n_tiles / kWarps) blocks of kWarps warps; block b takes K
+// split b % S and row tiles (b / S) * kWarps + warp, so a block's warps read
+// the same x (L1 hits). A tile is R consecutive rows; MR >= M rows of x.
+// x: [M, K] f32 (row stride ldx, 16-byte aligned rows); w: [N, K] bf16 (K % 8 == 0);
+// y: [M, N] f32 (row stride ldy); partials: [S, n_tiles, R * MR]; counters: [n_tiles]
+template <int MR, int R>
+__global__ void __launch_bounds__(kWarps * 32)
+    rows_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
+                float* __restrict__ y, int64_t ldy, int S, int kper, float* __restrict__ partials,
+                int* __restrict__ counters) {
+  constexpr int kU = 8 / R;  // 256-wide k-steps per pass: 8 loads of 16 bytes in flight per lane
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int split = int(blockIdx.x % unsigned(S));
+  const int tile = int(blockIdx.x / unsigned(S)) * kWarps + warp;
+  const int n_tiles = (N + R - 1) / R;
+  if (tile >= n_tiles) return;
+  const int n0 = tile * R;
+  const uint16_t* wr[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) wr[r] = w + int64_t(min(n0 + r, N - 1)) * K + lane * 8;
+  const float* xr = x + lane * 8;
+  float acc[R][MR];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < MR; ++m) acc[r][m] = 0.f;
+
+  const int k_begin = split * kper, k_end = min(K, k_begin + kper);
+  for (int k = k_begin; k < k_end; k += kU * 256) {
+    uint4 wv[kU][R];
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        wv[u][r] = k + u * 256 + lane * 8 < k_end ? ld_stream16(wr[r] + k + u * 256) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int kk = k + u * 256;
+      if (kk + lane * 8 >= k_end) continue;
+      float wf[R][8];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        wf[r][0] = bf16_lo(wv[u][r].x), wf[r][1] = bf16_hi(wv[u][r].x);
+        wf[r][2] = bf16_lo(wv[u][r].y), wf[r][3] = bf16_hi(wv[u][r].y);
+        wf[r][4] = bf16_lo(wv[u][r].z), wf[r][5] = bf16_hi(wv[u][r].z);
+        wf[r][6] = bf16_lo(wv[u][r].w), wf[r][7] = bf16_hi(wv[u][r].w);
+      }
+#pragma unroll
+      for (int m = 0; m < MR; ++m) {
+        if (m >= M) break;
+        const float4 a = __ldg(reinterpret_cast<const float4*>(xr + m * ldx + kk));
+        const float4 b = __ldg(reinterpret_cast<const float4*>(xr + m * ldx + kk + 4));
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          acc[r][m] += a.x * wf[r][0] + a.y * wf[r][1] + a.z * wf[r][2] + a.w * wf[r][3] + b.x * wf[r][4] +
+                       b.y * wf[r][5] + b.z * wf[r][6] + b.w * wf[r][7];
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < MR; ++m) acc[r][m] = warp_sum(acc[r][m]);
+
+  // Lane r * MR + m owns output (r, m).
+  float mine = 0.f;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < MR; ++m)
+      if (lane == r * MR + m) mine = acc[r][m];
+  const int r_l = lane / MR, m_l = lane % MR;
+  const bool owner = lane < R * MR && m_l < M && n0 + r_l < N;
+  if (S == 1) {
+    if (owner) y[int64_t(m_l) * ldy + n0 + r_l] = mine;
+    return;
+  }
+  constexpr int kTileElems = R * MR;
+  if (lane < kTileElems) partials[(int64_t(split) * n_tiles + tile) * kTileElems + lane] = mine;
+  __threadfence();
+  __syncwarp();
+  int arrived = 0;
+  if (lane == 0) arrived = atomicAdd(&counters[tile], 1);
+  arrived = __shfl_sync(0xffffffffu, arrived, 0);
+  if (arrived != S - 1) return;
+  __threadfence();
+  if (owner) {
+    float sum = 0.f;
+    for (int s = 0; s < S; ++s) sum += __ldcg(partials + (int64_t(s) * n_tiles + tile) * kTileElems + lane);
+    y[int64_t(m_l) * ldy + n0 + r_l] = sum;
+  }
+  if (lane == 0) counters[tile] = 0;
+}
+
+// Any shape: one warp per (column n, group of 16 rows of x). Odd K, unaligned
+// x or w, and shapes cuBLASLt refuses.
+__global__ void generic_matmul_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t ldx,
+                                      const uint16_t* __restrict__ w, int64_t N, float* __restrict__ y,
+                                      int64_t ldy) {
+  const int lane = threadIdx.x & 31;
+  const int64_t n = int64_t(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  const int64_t m0 = int64_t(blockIdx.y) * 16;
+  if (n >= N) return;
+  const uint16_t* wr = w + n * K;
+  float acc[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) acc[i] = 0.f;
+  for (int64_t k = lane; k < K; k += 32) {
+    const float wv = bf16_bits_to_f32(wr[k]);
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      if (m0 + i < M) acc[i] += x[(m0 + i) * ldx + k] * wv;
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const float v = warp_sum(acc[i]);
+    if (lane == 0 && m0 + i < M) y[(m0 + i) * ldy + n] = v;
+  }
+}
+
+struct SkinnyPlan {
+  int S = 1;
+  int kper = 0;
+};
+
+// rows: weight rows per warp tile; tile_floats: partial floats per tile.
+SkinnyPlan plan_skinny(int64_t K, int64_t N, int64_t rows, int64_t tile_floats, int sm_count, int splits) {
+  const int64_t n_tiles = ceil_div(N, rows);
+  const int64_t per_chunk = ceil_div(K, kChunk);  // chunks of K
+  int64_t want = splits;
+  if (want <= 0) {
+    // No split once every SM has 8 warps' tiles (splitting further measured
+    // slower on the H200: gate/up 12288x4096 25 us at S = 1, 30 us at S = 2);
+    // below that, enough splits for ~16 warps per SM (4 KB of loads in flight each).
+    want = n_tiles >= int64_t(sm_count) * 8 ? 1 : ceil_div(int64_t(sm_count) * 16, n_tiles);
+  }
+  want = std::clamp<int64_t>(want, 1, per_chunk);
+  int64_t kper = ceil_div(per_chunk, want) * kChunk;
+  int64_t S = ceil_div(K, kper);
+  // Scratch bounds: partials for S x n_tiles tiles, one counter per tile.
+  const int64_t max_tiles = int64_t(Context::kSplitKPartialBytes / (tile_floats * sizeof(float)));
+  while (S > 1 && (S * n_tiles > max_tiles || n_tiles > Context::kSplitKCounters)) {
+    kper *= 2;
+    S = ceil_div(K, kper);
+  }
+  if (S <= 1) return {1, int(K)};
+  return {int(S), int(kper)};
+}
+
+constexpr int kRows = 4;  // weight rows per warp (measured best of 1, 2, 4 on the H200)
+
+}  // namespace
+
+namespace detail {
+
+int skinny_splits(int64_t M, int64_t K, int64_t N) {
+  if (M > kSkinnyMaxM || K % 8 != 0) return 0;
+  return plan_skinny(K, N, kRows, kRows * 8, context().sm_count, 0).S;
+}
+
+void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const bf16_bits* w, int64_t N,
+                   float* y, int64_t ldy, Stream s, int splits) {
+  Context& c = context();
+  const bool fast = M >= 1 && M <= kSkinnyMaxM && K % 8 == 0 && ldx % 4 == 0 && aligned16(x) &&
+                    aligned16(w) && K < (int64_t(1) << 31) && N < (int64_t(1) << 31);
+  if (!fast) {
+    generic_matmul(x, M, K, ldx, w, N, y, ldy, s);
+    return;
+  }
+  const SkinnyPlan p = plan_skinny(K, N, kRows, kRows * 8, c.sm_count, splits);
+  const unsigned blocks = unsigned(p.S * ceil_div(ceil_div(N, kRows), kWarps));
+  float* partials = static_cast<float*>(c.splitk_partials.get());
+  int* counters = static_cast<int*>(c.splitk_counters.get());
+  auto kernel = M <= 1   ? rows_kernel<1, kRows>
+                : M <= 2 ? rows_kernel<2, kRows>
+                : M <= 4 ? rows_kernel<4, kRows>
+                         : rows_kernel<8, kRows>;
+  kernel<<<blocks, kWarps * 32, 0, s>>>(x, int(M), int(K), ldx, w, int(N), y, ldy, p.S, p.kper, partials, counters);
+  AUGUR_LAUNCHED("rows_kernel");
+}
+
+void generic_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const bf16_bits* w, int64_t N,
+                    float* y, int64_t ldy, Stream s) {
+  constexpr int kWarpsPerBlock = 8;
+  const dim3 grid(unsigned(ceil_div(N, kWarpsPerBlock)), unsigned(ceil_div(M, 16)));
+  if (grid.y > 65535) fail("[cuda] matmul: M = ", M, " too large for the generic kernel");
+  generic_matmul_kernel<<<grid, kWarpsPerBlock * 32, 0, s>>>(x, M, K, ldx, w, N, y, ldy);
+  AUGUR_LAUNCHED("generic_matmul_kernel");
+}
+
+}  // namespace detail
+
+}  // namespace augur::cuda

@@ -1,0 +1,136 @@
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/memory.h"
+#include "core/error.h"
+
+namespace augur::cuda {
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("[cuda] ", what, ": ", cudaGetErrorString(e));
+}
+
+// Size classes: small requests round to 512 B, large ones to 2 MiB, so that
+// buffers of a decode step find their predecessors' blocks again.
+size_t round_size(size_t bytes) {
+  constexpr size_t kSmall = 512, kLarge = size_t(2) << 20;
+  if (bytes == 0) bytes = 1;
+  return bytes < kLarge ? (bytes + kSmall - 1) / kSmall * kSmall : (bytes + kLarge - 1) / kLarge * kLarge;
+}
+
+class CachingAllocator {
+ public:
+  void* take(size_t size) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find(size);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        stats_.cached -= size;
+        note_use(size);
+        return p;
+      }
+    }
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, size);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      release_cached();
+      e = cudaMalloc(&p, size);
+    }
+    if (e != cudaSuccess)
+      fail("[cuda] cudaMalloc of ", size, " bytes: ", cudaGetErrorString(e), " (", stats_.in_use,
+           " bytes in use)");
+    std::lock_guard<std::mutex> lock(mu_);
+    note_use(size);
+    return p;
+  }
+
+  void give_back(void* p, size_t size) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_[size].push_back(p);
+    stats_.in_use -= size;
+    stats_.cached += size;
+  }
+
+  void release_cached() {
+    std::lock_guard<std::mutex> lock(mu_);
+    cudaStreamSynchronize(stream());
+    for (auto& [size, ptrs] : free_)
+      for (void* p : ptrs) cudaFree(p);
+    free_.clear();
+    stats_.cached = 0;
+  }
+
+  MemoryStats stats() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+ private:
+  void note_use(size_t size) {
+    stats_.in_use += size;
+    stats_.peak = std::max(stats_.peak, stats_.in_use);
+  }
+  std::mutex mu_;
+  std::map<size_t, std::vector<void*>> free_;
+  MemoryStats stats_;
+};
+
+CachingAllocator& allocator() {
+  static CachingAllocator* a = new CachingAllocator();  // lives until exit: buffers may outlive statics
+  return *a;
+}
+
+class DeviceBuffer final : public Buffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : size_(bytes), rounded_(round_size(bytes)) {
+    ptr_ = allocator().take(rounded_);
+    check(cudaMemsetAsync(ptr_, 0, rounded_, stream()), "cudaMemsetAsync");
+  }
+  ~DeviceBuffer() override { allocator().give_back(ptr_, rounded_); }
+  void* data() override { return ptr_; }
+  size_t size() const override { return size_; }
+  Device device() const override { return Device::CUDA; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t size_;
+  size_t rounded_;
+};
+
+}  // namespace
+
+std::shared_ptr<Buffer> allocate(size_t bytes) {
+  context();  // selects the device on first use
+  return std::make_shared<DeviceBuffer>(bytes);
+}
+
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()), "copy to device");
+}
+
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()), "copy to host");
+  check(cudaStreamSynchronize(stream()), "copy to host (synchronize)");
+}
+
+void copy_on_device(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()), "copy on device");
+}
+
+MemoryStats memory_stats() { return allocator().stats(); }
+
+void release_cached() { allocator().release_cached(); }
+
+}  // namespace augur::cuda

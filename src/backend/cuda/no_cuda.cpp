@@ -1,0 +1,66 @@
+// A build without nvcc: every CUDA entry point reports that this build has no
+// GPU support, so a request for --device cuda fails with a clear message.
+#include "backend/cuda/kernels.h"
+#include "core/error.h"
+
+namespace augur::cuda {
+
+namespace detail {
+[[noreturn]] void no_cuda(const char* what) {
+  fail("[cuda] ", what, ": this build of augur has no CUDA support (nvcc was not found at build time)");
+}
+}  // namespace detail
+using detail::no_cuda;
+
+struct Context {};
+Context& context() { no_cuda("context"); }
+Stream stream() { no_cuda("stream"); }
+bool available() { return false; }
+void synchronize() { no_cuda("synchronize"); }
+void matmul_bf16(const float*, int64_t, int64_t, int64_t, const bf16_bits*, int64_t, float*, int64_t, Stream) {
+  no_cuda("matmul");
+}
+void to_bf16(const float*, int64_t, int64_t, int64_t, bf16_bits*, Stream) { no_cuda("to_bf16"); }
+void matmul_bf16_xb(const bf16_bits*, int64_t, int64_t, const bf16_bits*, int64_t, float*, int64_t, Stream) {
+  no_cuda("matmul");
+}
+void embedding(const bf16_bits*, int64_t, const int32_t*, int64_t, float*, Stream) { no_cuda("embedding"); }
+void rms_norm(const float*, const float*, float, int64_t, int64_t, float*, Stream) { no_cuda("rms_norm"); }
+void add_inplace(float*, const float*, int64_t, Stream) { no_cuda("add"); }
+void swiglu(const float*, const float*, float*, int64_t, Stream) { no_cuda("swiglu"); }
+void rope(float*, int64_t, int64_t, int64_t, const int32_t*, const float*, int64_t, Stream) { no_cuda("rope"); }
+void store_kv(const float*, const float*, int64_t, const AttnMeta&, bf16_bits*, bf16_bits*, Stream) {
+  no_cuda("store_kv");
+}
+size_t attention_workspace_bytes(int64_t, int64_t, int64_t, int64_t) { return 0; }
+void paged_attention(const float*, const bf16_bits*, const bf16_bits*, int64_t, int64_t, int64_t, int64_t,
+                     const AttnMeta&, float, int32_t, float*, void*, Stream) {
+  no_cuda("paged_attention");
+}
+void argmax(const float*, int64_t, int64_t, int32_t*, Stream) { no_cuda("argmax"); }
+
+}  // namespace augur::cuda
+
+#include "backend/cuda/memory.h"
+
+namespace augur::cuda {
+
+std::shared_ptr<Buffer> allocate(size_t) { no_cuda("allocate"); }
+void copy_to_device(void*, const void*, size_t) { no_cuda("copy"); }
+void copy_to_host(void*, const void*, size_t) { no_cuda("copy"); }
+void copy_on_device(void*, const void*, size_t) { no_cuda("copy"); }
+MemoryStats memory_stats() { return {}; }
+void release_cached() {}
+
+}  // namespace augur::cuda
+
+namespace augur::cuda {
+
+class Graph {};
+void GraphDeleter::operator()(Graph* g) const { delete g; }
+void begin_capture() { no_cuda("graph capture"); }
+GraphPtr end_capture() { no_cuda("graph capture"); }
+void abort_capture() noexcept {}
+void launch(Graph&) { no_cuda("graph launch"); }
+
+}  // namespace augur::cuda

@@ -1,0 +1,45 @@
+// Devices as model code sees them: where a tensor lives, and moving tensors
+// between host and accelerator. Model code asks for tensors on "its" device
+// and never includes a CUDA header.
+#pragma once
+
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <string_view>
+
+#include "core/tensor.h"
+
+namespace augur {
+
+// "cpu" | "cuda"; anything else is an error listing the choices.
+Device parse_device(std::string_view name);
+std::string_view device_name(Device d);
+// True when this build and this machine can run on `d` (never throws).
+bool device_available(Device d);
+// CUDA where a GPU is present, else the CPU.
+Device default_device();
+
+// A zero-filled contiguous tensor on `d`.
+Tensor empty_on(Device d, DType dtype, std::initializer_list<int64_t> shape);
+Tensor empty_on(Device d, DType dtype, const int64_t* shape, int ndim);
+// A contiguous copy of `t` on `d` (`t` itself when it is already there).
+Tensor to_device(const Tensor& t, Device d);
+// dst = src: same dtype and element count, both contiguous, any devices.
+void copy_tensor(const Tensor& src, const Tensor& dst);
+// Waits until all work queued on `d` is done (no-op on the CPU).
+void synchronize(Device d);
+
+// Device work recorded once and replayed with one launch (a CUDA graph): the
+// replay reads and writes the same memory as the recording, so everything it
+// touches must stay allocated and at the same address.
+class CapturedWork {
+ public:
+  virtual ~CapturedWork() = default;
+  virtual void replay() = 0;
+};
+// Records what `work` queues on `d` without running it. An exception from
+// `work` abandons the recording and propagates.
+std::unique_ptr<CapturedWork> capture(Device d, const std::function<void()>& work);
+
+}  // namespace augur

@@ -1,0 +1,172 @@
+// The dense families on CUDA against the transformers reference, and the
+// runtime properties that must hold there too (run on a GPU machine by
+// scripts/cuda_device_test.sh; CI only compiles this file).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+
+#include "backend/device.h"
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "runtime/runner.h"
+
+namespace augur {
+namespace {
+
+const std::string kData = AUGUR_TEST_DATA;
+
+Tensor ref_tensor(const std::shared_ptr<SafetensorsFile>& f, const std::string& name) {
+  const TensorInfo* info = f->find(name);
+  EXPECT_NE(info, nullptr) << name;
+  return f->tensor(*info);
+}
+
+std::vector<int32_t> ref_ids(const std::shared_ptr<SafetensorsFile>& f, const std::string& name) {
+  Tensor t = ref_tensor(f, name);
+  return std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + t.numel());
+}
+
+std::vector<float> row(const Tensor& t, int64_t r) {
+  const int64_t V = t.dim(1);
+  return std::vector<float>(t.data<float>() + r * V, t.data<float>() + (r + 1) * V);
+}
+
+float max_abs_diff(const float* a, const float* b, int64_t n) {
+  float m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+class CudaGolden : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(device_available(Device::CUDA)) << "no GPU";
+    dir_ = kData + "/" + GetParam();
+    ref_ = SafetensorsFile::open(dir_ + "/reference.safetensors");
+  }
+  std::string dir_;
+  std::shared_ptr<SafetensorsFile> ref_;
+};
+
+TEST_P(CudaGolden, PromptLogitsWithinBf16Tolerance) {
+  auto model = load_model(dir_, Device::CUDA);
+  for (int i = 0; ref_->find("prompt_" + std::to_string(i)); ++i) {
+    auto prompt = ref_ids(ref_, "prompt_" + std::to_string(i));
+    Tensor want = ref_tensor(ref_, "logits_" + std::to_string(i));
+    Runner runner(*model, {});
+    Tensor got = runner.feed(*runner.new_sequence(), prompt, true);
+    const float err = max_abs_diff(got.data<float>(), want.data<float>(), want.numel());
+    std::printf("[cuda golden] %s case %d: max |logit - reference| = %.3g\n", GetParam().c_str(), i, err);
+    EXPECT_LT(err, 2e-2f);
+  }
+  if (ref_->find("prompt_long")) {
+    auto prompt = ref_ids(ref_, "prompt_long");
+    Tensor want = ref_tensor(ref_, "logits_long_last8");
+    Runner runner(*model, {});
+    Tensor got = runner.feed(*runner.new_sequence(), prompt, true);
+    const int64_t V = want.dim(1), n = int64_t(prompt.size());
+    const float err = max_abs_diff(got.data<float>() + (n - 8) * V, want.data<float>(), 8 * V);
+    std::printf("[cuda golden] %s long: max |logit - reference| = %.3g\n", GetParam().c_str(), err);
+    EXPECT_LT(err, 2e-2f);
+  }
+}
+
+// Greedy tokens equal the reference's wherever the reference's top-2 margin
+// exceeds 0.05 (the CPU model, exact against the reference, gives margins);
+// after the first near-tie, bf16 arithmetic may rightly choose otherwise.
+TEST_P(CudaGolden, GreedyMatchesWhereTheMarginIsClear) {
+  auto gpu = load_model(dir_, Device::CUDA);
+  auto cpu = load_model(dir_, Device::CPU);
+  int total = 0;
+  for (int i = 0; ref_->find("prompt_" + std::to_string(i)); ++i) {
+    auto want = ref_ids(ref_, "greedy_" + std::to_string(i));
+    auto prompt = ref_ids(ref_, "prompt_" + std::to_string(i));
+    Runner rg(*gpu, {}), rc(*cpu, {});
+    auto sg = rg.new_sequence(), sc = rc.new_sequence();
+    Tensor lg = rg.feed(*sg, prompt), lc = rc.feed(*sc, prompt);
+    int checked = 0;
+    for (size_t step = 0; step < want.size(); ++step) {
+      auto top = top_k(row(lc, 0), 2);
+      ASSERT_EQ(top[0].second, want[step]) << "CPU reference drifted";
+      if (top[0].first - top[1].first <= 0.05f) break;
+      ASSERT_EQ(argmax(row(lg, 0)), want[step]) << GetParam() << " case " << i << " step " << step;
+      ++checked;
+      lg = rg.feed(*sg, std::span<const int32_t>(&want[step], 1));
+      lc = rc.feed(*sc, std::span<const int32_t>(&want[step], 1));
+    }
+    std::printf("[cuda golden] %s case %d: %d greedy steps checked\n", GetParam().c_str(), i, checked);
+    total += checked;
+  }
+  EXPECT_GT(total, 0);
+}
+
+// A replayed decode graph computes exactly what the eager step computes.
+TEST_P(CudaGolden, DecodeGraphsEqualEagerSteps) {
+  auto decode = [&](bool graphs) {
+    setenv("AUGUR_CUDA_GRAPHS", graphs ? "1" : "0", 1);
+    auto model = load_model(dir_, Device::CUDA);
+    RunnerOptions ro;
+    ro.block_size = 4;  // steps cross blocks, so the tables change between replays
+    Runner runner(*model, ro);
+    auto seq = runner.new_sequence();
+    Tensor l = runner.feed(*seq, ref_ids(ref_, "prompt_0"));
+    std::vector<std::vector<float>> out;
+    for (int s = 0; s < 20; ++s) {
+      out.push_back(row(l, 0));
+      int32_t t = argmax(out.back());
+      l = runner.feed(*seq, std::span<const int32_t>(&t, 1));
+    }
+    unsetenv("AUGUR_CUDA_GRAPHS");
+    return out;
+  };
+  auto eager = decode(false), graphed = decode(true);
+  ASSERT_EQ(eager.size(), graphed.size());
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_EQ(eager[i], graphed[i]) << "step " << i;
+}
+
+// Several sequences decoded in one batch equal each decoded alone (within
+// bf16 tolerance: batch size picks the GEMM kernel).
+TEST_P(CudaGolden, BatchedDecodeMatchesSingleRows) {
+  auto model = load_model(dir_, Device::CUDA);
+  const int64_t V = model->info().n_vocab;
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {7, 8, 9, 10, 11}, {42}, {5, 6}};
+  RunnerOptions ro;
+  ro.max_cached_tokens = 1024;
+  Runner together(*model, ro);
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  std::vector<Sequence*> ptrs;
+  std::vector<int32_t> next;
+  for (const auto& p : prompts) {
+    seqs.push_back(together.new_sequence());
+    ptrs.push_back(seqs.back().get());
+    next.push_back(argmax(row(together.feed(*seqs.back(), p), 0)));
+  }
+  std::vector<std::span<const int32_t>> feed;
+  for (auto& t : next) feed.emplace_back(&t, 1);
+  std::vector<int32_t> wants(prompts.size(), 1);
+  Tensor batched = together.step(ptrs, feed, wants);
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    Runner alone(*model, ro);
+    auto seq = alone.new_sequence();
+    alone.feed(*seq, prompts[r]);
+    Tensor single = alone.feed(*seq, std::span<const int32_t>(&next[r], 1));
+    EXPECT_LT(max_abs_diff(batched.data<float>() + int64_t(r) * V, single.data<float>(), V), 2e-2f) << "row " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, CudaGolden, ::testing::Values("llama", "qwen3"));
+
+TEST(CudaModel, HybridFamiliesSayTheyAreCpuOnly) {
+  try {
+    load_model(kData + "/qwen3_5", Device::CUDA);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not run on cuda"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace augur
