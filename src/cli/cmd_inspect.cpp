@@ -35,6 +35,9 @@ int inspect(const std::string& dir, bool json, int64_t ctx) {
   auto model = load_model(dir);
   const ModelInfo& info = model->info();
   const int64_t kv_bytes = info.kv.bytes_per_token() * ctx;
+  // Linear-attention layers keep a fixed-size state per sequence (plus one
+  // copy per captured snapshot), next to the KV cache.
+  const int64_t state_bytes = info.recurrent.bytes_per_slot();
   if (json) {
     nlohmann::json dtypes = nlohmann::json::object();
     for (auto& [k, v] : by_dtype) dtypes[k] = {{"tensors", v.first}, {"bytes", v.second}};
@@ -51,7 +54,9 @@ int inspect(const std::string& dir, bool json, int64_t ctx) {
                           {"dtypes", dtypes},
                           {"kv_bytes_per_token", info.kv.bytes_per_token()},
                           {"context", ctx},
-                          {"memory_bytes", info.weight_bytes + kv_bytes},
+                          {"recurrent_layers", info.recurrent.n_layer},
+                          {"recurrent_bytes_per_sequence", state_bytes},
+                          {"memory_bytes", info.weight_bytes + kv_bytes + state_bytes},
                           {"eos_token_ids", info.eos_ids}};
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
@@ -66,9 +71,15 @@ int inspect(const std::string& dir, bool json, int64_t ctx) {
   for (auto& [k, v] : by_dtype)
     std::printf(" %s: %lld tensors, %s;", k.c_str(), (long long)v.first, human_bytes(double(v.second)).c_str());
   std::printf("\n");
-  std::printf("memory         weights %s + KV %s/token (f32) x %lld tokens = %s\n",
-              human_bytes(double(info.weight_bytes)).c_str(), human_bytes(double(info.kv.bytes_per_token())).c_str(),
-              (long long)ctx, human_bytes(double(info.weight_bytes + kv_bytes)).c_str());
+  if (state_bytes > 0)
+    std::printf("memory         weights %s + KV %s/token (f32) x %lld tokens + recurrent state %s/sequence (%lld layers) = %s\n",
+                human_bytes(double(info.weight_bytes)).c_str(), human_bytes(double(info.kv.bytes_per_token())).c_str(),
+                (long long)ctx, human_bytes(double(state_bytes)).c_str(), (long long)info.recurrent.n_layer,
+                human_bytes(double(info.weight_bytes + kv_bytes + state_bytes)).c_str());
+  else
+    std::printf("memory         weights %s + KV %s/token (f32) x %lld tokens = %s\n",
+                human_bytes(double(info.weight_bytes)).c_str(), human_bytes(double(info.kv.bytes_per_token())).c_str(),
+                (long long)ctx, human_bytes(double(info.weight_bytes + kv_bytes)).c_str());
   return 0;
 }
 

@@ -9,6 +9,10 @@
 // (model.layers.*); qwen3_5 / qwen3_5_moe nest the text config under
 // text_config and keep the text model under model.language_model.* (the vision
 // tower and mtp.* tensors are not loaded).
+// Checkpoint generations: the transformers export above, and mlx-lm's
+// converted layout (language_model.model.* / language_model.lm_head, conv1d
+// kernels [C, K, 1], and the 1 + γ norm gains stored already shifted, except
+// the gated norm inside the DeltaNet), told apart by the conv kernel's shape.
 #include <string>
 
 #include "core/progress.h"
@@ -20,6 +24,29 @@
 namespace augur {
 
 namespace {
+
+// Reference: mlx_lm.models.qwen3_5.TextModel.sanitize, which moves the conv
+// kernel axis and shifts these gains when converting; a converted checkpoint
+// is recognised by its conv kernel being already moved.
+void set_view(WeightSource& w, const HybridConfig& c) {
+  CheckpointView view;
+  if (w.has_stored("language_model.model.embed_tokens.weight"))
+    view.renames = {{"model.", "language_model.model."}, {"lm_head.", "language_model.lm_head."}};
+  w.set_view(view);
+  int64_t first_linear = -1;
+  for (int64_t i = 0; i < c.n_layer && first_linear < 0; ++i)
+    if (c.linear[size_t(i)]) first_linear = i;
+  if (first_linear < 0) return;
+  const std::string conv = "model.layers." + std::to_string(first_linear) + ".linear_attn.conv1d.weight";
+  const std::vector<int64_t> shape = w.stored_shape(w.stored_name(conv));
+  if (shape.size() == 3 && shape[2] == 1 && shape[1] == c.gdn.conv_kernel && c.gdn.conv_kernel > 1) {
+    view.name = "mlx-lm";
+    view.kernel_last = {"conv1d.weight"};
+    view.shifted_gains = {".input_layernorm.weight", ".post_attention_layernorm.weight", "model.norm.weight",
+                          ".q_norm.weight", ".k_norm.weight"};
+    w.set_view(view);
+  }
+}
 
 std::unique_ptr<Model> make(const JsonConfig& top, WeightSource& w, ModelInfo info, bool moe) {
   const bool nested = top.has("text_config") && !top.is_null("text_config");
@@ -39,6 +66,7 @@ std::unique_ptr<Model> make(const JsonConfig& top, WeightSource& w, ModelInfo in
     m.norm_topk = true;
   }
 
+  set_view(w, c);
   const std::string root = w.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
   const int64_t d = c.d_model;
   const GatedDeltaNetShape& s = c.gdn;

@@ -41,7 +41,10 @@ float to_f32(const Tensor& t, int64_t i) {
 class CheckpointWeights final : public WeightSource {
  public:
   explicit CheckpointWeights(std::shared_ptr<const Checkpoint> ckpt) : ckpt_(std::move(ckpt)) {}
-  bool has(std::string_view name) const override { return ckpt_->has(name); }
+  bool has_stored(std::string_view name) const override { return ckpt_->has(name); }
+  std::vector<int64_t> stored_shape(std::string_view name) const override {
+    return ckpt_->has(name) ? ckpt_->info(name).shape : std::vector<int64_t>{};
+  }
 
  protected:
   Tensor fetch(std::string_view name, const std::vector<int64_t>& shape, bool) override {
@@ -63,7 +66,8 @@ class CheckpointWeights final : public WeightSource {
 class SyntheticWeights final : public WeightSource {
  public:
   explicit SyntheticWeights(uint64_t seed) : seed_(seed) {}
-  bool has(std::string_view) const override { return true; }
+  bool has_stored(std::string_view) const override { return true; }
+  std::vector<int64_t> stored_shape(std::string_view) const override { return {}; }
 
  protected:
   Tensor fetch(std::string_view name, const std::vector<int64_t>& shape, bool is_vector) override {
@@ -104,8 +108,39 @@ Tensor WeightSource::place(Tensor t, bool matrix) const {
   return to_device(t, device_);
 }
 
+namespace {
+
+bool ends_with_any(std::string_view name, const std::vector<std::string>& suffixes) {
+  for (const auto& s : suffixes)
+    if (name.size() >= s.size() && name.substr(name.size() - s.size()) == s) return true;
+  return false;
+}
+
+}  // namespace
+
+std::string WeightSource::stored_name(std::string_view canonical) const {
+  for (const auto& [from, to] : view_.renames)
+    if (canonical.substr(0, from.size()) == from) return to + std::string(canonical.substr(from.size()));
+  return std::string(canonical);
+}
+
+Tensor WeightSource::fetch_canonical(std::string_view name, const std::vector<int64_t>& shape, bool is_vector) {
+  const std::string stored = stored_name(name);
+  if (shape.size() == 3 && shape[1] == 1 && ends_with_any(name, view_.kernel_last)) {
+    // [C, K, 1] holds the same bytes as [C, 1, K]: a new view, no copy.
+    Tensor t = fetch(stored, {shape[0], shape[2], 1}, is_vector);
+    return Tensor::view_of(t.buffer(), size_t(static_cast<char*>(t.raw()) - static_cast<char*>(t.buffer()->data())),
+                           t.dtype(), shape.data(), 3);
+  }
+  Tensor t = fetch(stored, shape, is_vector);
+  if (!ends_with_any(name, view_.shifted_gains)) return t;
+  Tensor out = Tensor::empty(DType::F32, t.shape().data(), t.ndim());
+  for (int64_t i = 0; i < t.numel(); ++i) out.data<float>()[i] = to_f32(t, i) - 1.0f;  // exact near 1
+  return out;
+}
+
 Tensor WeightSource::matrix(std::string_view name, std::initializer_list<int64_t> shape) {
-  Tensor t = fetch(name, std::vector<int64_t>(shape), false);
+  Tensor t = fetch_canonical(name, std::vector<int64_t>(shape), false);
   n_params_ += t.numel();
   bytes_ += int64_t(t.nbytes());
   if (device_ != Device::CPU) return place(t, true);
@@ -113,7 +148,7 @@ Tensor WeightSource::matrix(std::string_view name, std::initializer_list<int64_t
 }
 
 Tensor WeightSource::vector_f32(std::string_view name, int64_t n, float add) {
-  Tensor t = fetch(name, {n}, true);
+  Tensor t = fetch_canonical(name, {n}, true);
   n_params_ += t.numel();
   bytes_ += int64_t(t.nbytes());
   Tensor out = Tensor::empty(DType::F32, {n});
@@ -122,7 +157,7 @@ Tensor WeightSource::vector_f32(std::string_view name, int64_t n, float add) {
 }
 
 Tensor WeightSource::tensor_f32(std::string_view name, std::initializer_list<int64_t> shape) {
-  Tensor t = fetch(name, std::vector<int64_t>(shape), false);
+  Tensor t = fetch_canonical(name, std::vector<int64_t>(shape), false);
   n_params_ += t.numel();
   bytes_ += int64_t(t.nbytes());
   Tensor out = Tensor::empty(DType::F32, t.shape().data(), t.ndim());

@@ -17,10 +17,30 @@ namespace augur {
 
 class Checkpoint;
 
+// How one checkpoint generation stores what a family reads by canonical
+// (transformers) name and value: other name prefixes, norm gains stored
+// already shifted (1 + γ where the family reads γ), depthwise conv kernels
+// stored [C, K, 1] where the family reads [C, 1, K]. A family detects the
+// generation from the tensors themselves and sets the view before loading.
+struct CheckpointView {
+  std::string name = "transformers";  // for messages
+  std::vector<std::pair<std::string, std::string>> renames;  // canonical prefix -> stored prefix, first match wins
+  std::vector<std::string> shifted_gains;  // name suffixes: stored = canonical + 1
+  std::vector<std::string> kernel_last;    // name suffixes: canonical [C, 1, K] stored as [C, K, 1]
+};
+
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
-  virtual bool has(std::string_view name) const = 0;
+  // Whether the tensor of that canonical name is present (through the view).
+  bool has(std::string_view name) const { return has_stored(stored_name(name)); }
+  // The stored shape of a stored name, empty when absent (detecting generations).
+  virtual std::vector<int64_t> stored_shape(std::string_view stored) const = 0;
+  virtual bool has_stored(std::string_view stored) const = 0;
+
+  void set_view(CheckpointView view) { view_ = std::move(view); }
+  const CheckpointView& view() const { return view_; }
+  std::string stored_name(std::string_view canonical) const;
 
   // A weight used by matmul/embedding: bf16 and f32 stay as stored (zero-copy
   // for a checkpoint); f16 is widened to f32.
@@ -46,6 +66,9 @@ class WeightSource {
 
  private:
   Tensor place(Tensor t, bool matrix) const;
+  // fetch() through the view: renamed, reshaped, gains unshifted (f32 copy then).
+  Tensor fetch_canonical(std::string_view name, const std::vector<int64_t>& shape, bool is_vector);
+  CheckpointView view_;
   Device device_ = Device::CPU;
   int64_t n_params_ = 0;
   int64_t bytes_ = 0;

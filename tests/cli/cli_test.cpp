@@ -131,6 +131,13 @@ TEST(Cli, InspectReportsArchitectureAndMemory) {
   EXPECT_EQ(j["n_layer"], 2);
   EXPECT_GT(j["n_params"].get<int64_t>(), 0);
   EXPECT_EQ(j["dtypes"]["BF16"]["tensors"], 24);
+  EXPECT_EQ(j["recurrent_bytes_per_sequence"], 0);
+  Result hybrid = run("inspect " + kData + "/qwen3_5 --json");
+  ASSERT_EQ(hybrid.status, 0) << hybrid.out;
+  auto h = nlohmann::json::parse(hybrid.out);
+  EXPECT_EQ(h["recurrent_layers"], 3);
+  // 3 layers x (conv tail 3 x 128 channels + 4 heads x 16 x 16 state) x 4 bytes
+  EXPECT_EQ(h["recurrent_bytes_per_sequence"], 3 * (3 * 128 + 4 * 16 * 16) * 4);
   Result text = run("inspect " + kData + "/llama");
   EXPECT_EQ(text.status, 0);
   EXPECT_NE(text.out.find("LlamaForCausalLM"), std::string::npos);

@@ -101,6 +101,65 @@ INSTANTIATE_TEST_SUITE_P(Qwen35, MultimodalLayout,
                          ::testing::Values(std::pair<std::string, std::string>{"qwen3_5", "qwen3_5"},
                                            std::pair<std::string, std::string>{"qwen3_5_moe", "qwen3_5_moe"}));
 
+// Rewrites a text fixture the way mlx-lm's converter stores it:
+// language_model.model.* / language_model.lm_head, conv kernels [C, K, 1],
+// the 1 + γ gains stored shifted. γ + 1 is kept in f32, so the two layouts
+// carry the same numbers (mlx-lm itself writes bf16, rounding away low bits
+// of γ: the tiny fixture magnifies that to ~0.3 in the logits).
+void write_mlx_layout(const std::string& fixture, const TempDir& tmp) {
+  const std::string src = kData + "/" + fixture;
+  std::filesystem::copy_file(src + "/config.json", tmp.file("config.json"));
+  auto file = SafetensorsFile::open(src + "/model.safetensors");
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& info : file->tensors()) {
+    Tensor t = file->tensor(info);
+    std::string name = "language_model." + info.name;
+    const bool shifted = name.find("layernorm.weight") != std::string::npos || name.ends_with("model.norm.weight") ||
+                         name.ends_with("q_norm.weight") || name.ends_with("k_norm.weight");
+    if (shifted) {
+      Tensor g = Tensor::empty(DType::F32, {t.numel()});
+      for (int64_t i = 0; i < t.numel(); ++i) g.data<float>()[i] = bf16_to_f32(t.data<uint16_t>()[i]) + 1.0f;
+      t = g;
+    } else if (name.ends_with("conv1d.weight")) {
+      t = t.reshape({t.dim(0), t.dim(2), 1});  // [C, 1, K] -> [C, K, 1]: same bytes
+    }
+    tensors.emplace_back(name, t);
+  }
+  write_safetensors(tmp.file("model.safetensors"), tensors);
+}
+
+TEST(MlxLayout, GivesTheSameLogitsAsTheTransformersLayout) {
+  TempDir tmp;
+  write_mlx_layout("qwen3_5", tmp);
+  auto a = load_model(kData + "/qwen3_5");
+  auto b = load_model(tmp.dir());
+  const auto ids = prompt_of("qwen3_5");
+  Tensor la = forward_all(*a, ids), lb = forward_all(*b, ids);
+  EXPECT_EQ(0, std::memcmp(la.raw(), lb.raw(), la.nbytes()));
+}
+
+TEST(MlxLayout, MisShapedConvIsAnErrorNamingTheTensor) {
+  TempDir tmp;
+  write_mlx_layout("qwen3_5", tmp);
+  auto file = SafetensorsFile::open(tmp.file("model.safetensors"));
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& info : file->tensors()) {
+    Tensor t = file->tensor(info);
+    if (info.name == "language_model.model.layers.1.linear_attn.conv1d.weight")
+      t = t.reshape({t.dim(0) / 2, t.dim(1) * 2, 1});
+    tensors.emplace_back(info.name, t);
+  }
+  write_safetensors(tmp.file("model2.safetensors"), tensors);
+  std::filesystem::rename(tmp.file("model2.safetensors"), tmp.file("model.safetensors"));
+  try {
+    load_model(tmp.dir());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("language_model.model.layers.1.linear_attn.conv1d.weight"), std::string::npos)
+        << e.what();
+  }
+}
+
 // A tiny model of a family from a config, with synthetic weights.
 std::unique_ptr<Model> synthetic(const std::string& text) {
   const JsonConfig cfg = JsonConfig::parse(text, "test-config");
