@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_text.h"
 
 namespace augur {
 
@@ -16,22 +17,8 @@ namespace {
 
 using json = nlohmann::json;
 
-// "integer", "float", or nlohmann's name for the other kinds ("string", ...).
-std::string kind_of(const json& j) {
-  if (j.is_number_integer()) return "integer";
-  if (j.is_number_float()) return "float";
-  return j.type_name();
-}
-
-// nlohmann prefixes its messages with "[json.exception.parse_error.101] ".
-std::string parser_message(const std::exception& e) {
-  std::string_view m = e.what();
-  if (m.starts_with("[json.exception.")) {
-    size_t p = m.find("] ");
-    if (p != std::string_view::npos) m.remove_prefix(p + 2);
-  }
-  return std::string(m);
-}
+using io_detail::kind_of;
+using io_detail::parser_message;
 
 std::string shape_str(const std::vector<int64_t>& shape) {
   std::ostringstream os;
