@@ -3,7 +3,7 @@
 # reduced subset (where it works: not under gVisor), then the kernel benchmark.
 # Binaries come from scripts/build_cuda_bundle.sh, carried in .dev/:
 #   run: bash scripts/cuda_device_test.sh        carry: [".dev"]
-# Env: BENCH_ARGS (e.g. --quick), SANITIZE=0 to skip the sanitizer, GTEST_FILTER,
+# Env: BENCH_ARGS (e.g. --quick), SANITIZE=0 to skip the sanitizer (SAN_TOOLS picks its tools), GTEST_FILTER,
 # KERNEL_BENCH=0 / ENGINE_BENCH=0 to skip a benchmark; PROMPT GEN BATCHES CONTEXTS for augur bench.
 # Logs go to $OUT (the device tool's return folder) when set.
 set -uo pipefail
@@ -29,13 +29,13 @@ echo "== test_cuda =="
 timeout 150 "$BIN/test_cuda" --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} 2>&1 | tee "$LOG/test_cuda.log"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 
-SMALL='CudaMatmul.SkinnySmall:CudaMatmul.SkinnySplitK:CudaMatmul.PreconvertedInput:CudaOps.*:CudaAttention.DecodeSmall:CudaAttention.PrefillSmall'
+SMALL='CudaMatmul.SkinnySmall:CudaMatmul.SkinnySplitK:CudaMatmul.PreconvertedInput:CudaOps.*:CudaAttention.DecodeSmall:CudaAttention.PrefillSmall:CudaFused.*:CudaF16.ConvertMaxAbsEmbeddingStore:CudaF16.QkvRopeStoreWritesF16:CudaSampling.GreedyIsArgmax:CudaSampling.TopKTiesGoToLowerIds:CudaSampling.PenaltiesMatchCpu'
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [[ "${SANITIZE:-1}" != 0 && -n "$SAN" ]]; then
-  for tool in memcheck racecheck synccheck; do
+  for tool in ${SAN_TOOLS:-memcheck racecheck synccheck}; do
     echo "== compute-sanitizer --tool $tool =="
     filter=$SMALL
-    [[ $tool == memcheck ]] || filter='CudaAttention.DecodeSmall:CudaAttention.PrefillSmall:CudaOps.Argmax:CudaOps.RmsNorm'
+    [[ $tool == memcheck ]] || filter='CudaAttention.DecodeSmall:CudaAttention.PrefillSmall:CudaOps.Argmax:CudaOps.RmsNorm:CudaFused.QkvRopeStore:CudaSampling.TopKTiesGoToLowerIds:CudaSampling.DrawsFollowSoftmax'
     timeout 90 "$SAN" --tool "$tool" --error-exitcode 3 "$BIN/test_cuda" --gtest_brief=1 --gtest_filter="$filter" \
       >"$LOG/sanitizer_$tool.log" 2>&1
     rc=$?

@@ -1,9 +1,14 @@
 #include "backend/device.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/memory.h"
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace augur {
@@ -52,6 +57,56 @@ Tensor to_device(const Tensor& t, Device d) {
   Tensor out = empty_on(d, t.dtype(), t.shape().data(), t.ndim());
   copy_tensor(t, out);
   return out;
+}
+
+namespace {
+
+void require_half(const char* op, const Tensor& t) {
+  if (!t.defined() || (t.dtype() != DType::BF16 && t.dtype() != DType::F16) || !t.is_contiguous())
+    fail("[", op, "] needs a contiguous BF16 or F16 tensor");
+}
+cuda::Half half_of(DType t) { return t == DType::F16 ? cuda::Half::F16 : cuda::Half::BF16; }
+float half_to_f32(uint16_t h, DType t) { return t == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h); }
+
+}  // namespace
+
+DType device_half(Device d) {
+  if (d == Device::CPU) return DType::F32;
+  static const DType half = [] {
+    const char* env = std::getenv("AUGUR_CUDA_HALF");
+    if (env == nullptr || std::string_view(env) == "f16") return DType::F16;
+    if (std::string_view(env) == "bf16") return DType::BF16;
+    fail("[device] AUGUR_CUDA_HALF='", env, "': expected f16 or bf16");
+  }();
+  return half;
+}
+
+Tensor convert_half(const Tensor& t, DType to) {
+  require_half("convert_half", t);
+  if (to != DType::BF16 && to != DType::F16) fail("[convert_half] target must be BF16 or F16");
+  Tensor out = empty_on(t.device(), to, t.shape().data(), t.ndim());
+  if (t.device() == Device::CUDA) {
+    cuda::convert_half(static_cast<const uint16_t*>(t.raw()), half_of(t.dtype()), static_cast<uint16_t*>(out.raw()),
+                       half_of(to), t.numel(), cuda::stream());
+    return out;
+  }
+  const uint16_t* src = static_cast<const uint16_t*>(t.raw());
+  uint16_t* dst = static_cast<uint16_t*>(out.raw());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const float v = half_to_f32(src[i], t.dtype());
+    dst[i] = to == DType::F16 ? f32_to_f16(std::fabs(v) > 65504.0f ? std::copysign(65504.0f, v) : v) : f32_to_bf16(v);
+  }
+  return out;
+}
+
+float max_abs(const Tensor& t) {
+  require_half("max_abs", t);
+  if (t.device() == Device::CUDA)
+    return cuda::max_abs_half(static_cast<const uint16_t*>(t.raw()), half_of(t.dtype()), t.numel(), cuda::stream());
+  float m = 0;
+  const uint16_t* src = static_cast<const uint16_t*>(t.raw());
+  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(half_to_f32(src[i], t.dtype())));
+  return m;
 }
 
 void synchronize(Device d) {

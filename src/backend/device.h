@@ -27,6 +27,16 @@ Tensor empty_on(Device d, DType dtype, const int64_t* shape, int ndim);
 Tensor to_device(const Tensor& t, Device d);
 // dst = src: same dtype and element count, both contiguous, any devices.
 void copy_tensor(const Tensor& src, const Tensor& dst);
+// The 16-bit float an accelerator stores weights (where they fit) and K/V
+// in: F16, or BF16 when AUGUR_CUDA_HALF=bf16 (comparisons, checkpoints with
+// activations beyond f16's range). The CPU keeps K/V in F32.
+DType device_half(Device d);
+
+// A copy of a BF16 or F16 tensor as `to` (BF16 | F16) on its device; values
+// beyond f16's range saturate at +-65504.
+Tensor convert_half(const Tensor& t, DType to);
+// The largest |value| of a BF16 or F16 tensor (NaN ignored); waits for it.
+float max_abs(const Tensor& t);
 // Waits until all work queued on `d` is done (no-op on the CPU).
 void synchronize(Device d);
 

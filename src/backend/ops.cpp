@@ -1,6 +1,8 @@
 #include "backend/ops.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstddef>
 #include <initializer_list>
 #include <utility>
 #include <vector>
@@ -10,6 +12,7 @@
 #include "backend/cpu/moe_cpu.h"
 #include "backend/cpu/ops_cpu.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/memory.h"
 #include "backend/device.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -52,7 +55,11 @@ void require_f32(const char* op, const Tensor& t, const char* name, Device dev) 
   require(t.is_contiguous(), op, name, " must be contiguous");
 }
 
-const cuda::bf16_bits* bf16_ptr(const Tensor& t) { return static_cast<const cuda::bf16_bits*>(t.raw()); }
+const cuda::half_bits* half_ptr(const Tensor& t) { return static_cast<const cuda::half_bits*>(t.raw()); }
+cuda::half_bits* half_ptr_mut(const Tensor& t) { return static_cast<cuda::half_bits*>(t.raw()); }
+bool is_half(DType t) { return t == DType::BF16 || t == DType::F16; }
+// The kernels' name for a 16-bit float dtype.
+cuda::Half half_of(const Tensor& t) { return t.dtype() == DType::F16 ? cuda::Half::F16 : cuda::Half::BF16; }
 
 cuda::AttnMeta attn_meta(const char* op, const BatchView& b, int64_t n_tokens) {
   require(b.device != nullptr, op, "a CUDA batch needs its device layout (upload_batch)");
@@ -81,12 +88,12 @@ void embedding(const Tensor& table, std::span<const int32_t> ids, const Tensor& 
     require(id >= 0 && id < table.dim(0), "embedding", "token id ", id, " outside [0, ", table.dim(0), ")");
   if (on_cuda(out)) {
     require_f32("embedding", out, "out", Device::CUDA);
-    require(table.device() == Device::CUDA && table.dtype() == DType::BF16, "embedding",
-            "a CUDA table must be BF16 on the device");
+    require(table.device() == Device::CUDA && is_half(table.dtype()), "embedding",
+            "a CUDA table must be BF16 or F16 on the device");
     require(device != nullptr && device->tokens.numel() == int64_t(ids.size()), "embedding",
             "a CUDA batch needs its device layout");
-    cuda::embedding(bf16_ptr(table), table.dim(1), device->tokens.data<int32_t>(), int64_t(ids.size()),
-                    out.data<float>(), cuda::stream());
+    cuda::embedding(half_ptr(table), table.dim(1), device->tokens.data<int32_t>(), int64_t(ids.size()),
+                    out.data<float>(), cuda::stream(), half_of(table));
     return;
   }
   require_cpu_f32("embedding", out, "out");
@@ -106,8 +113,8 @@ void linear(const Tensor& x, const Tensor& w, const Tensor& y) {
   const int64_t M = rows_of(x);
   require(y.dim(-1) == N && rows_of(y) == M, "linear", "y ", y.shape_str(), " should be [", M, ", ", N, "]");
   if (dev == Device::CUDA) {
-    require(w.dtype() == DType::BF16, "linear", "CUDA weights must be BF16, got ", dtype_name(w.dtype()));
-    cuda::matmul_bf16(x.data<float>(), M, K, K, bf16_ptr(w), N, y.data<float>(), N, cuda::stream());
+    require(is_half(w.dtype()), "linear", "CUDA weights must be BF16 or F16, got ", dtype_name(w.dtype()));
+    cuda::matmul_half(x.data<float>(), M, K, K, half_ptr(w), half_of(w), N, y.data<float>(), N, cuda::stream());
     return;
   }
   require(w.dtype() == DType::BF16 || w.dtype() == DType::F32, "linear", "w dtype ",
@@ -140,6 +147,36 @@ void add_inplace(const Tensor& a, const Tensor& b) {
     cpu::add_inplace(a.data<float>(), b.data<float>(), a.numel());
 }
 
+void add_rms_norm(const Tensor& x, const Tensor& o, const Tensor& w, float eps, const Tensor& h) {
+  const Device dev = x.device();
+  require_f32("add_rms_norm", x, "x", dev);
+  require_f32("add_rms_norm", o, "o", dev);
+  require_f32("add_rms_norm", w, "w", dev);
+  require_f32("add_rms_norm", h, "h", dev);
+  const int64_t D = x.dim(-1);
+  require(o.numel() == x.numel() && h.numel() == x.numel() && w.numel() == D, "add_rms_norm", "x ",
+          x.shape_str(), ", o ", o.shape_str(), ", w ", w.shape_str(), ", h ", h.shape_str(), " disagree");
+  require(h.raw() != x.raw() && h.raw() != o.raw(), "add_rms_norm", "h must not alias x or o");
+  if (dev == Device::CUDA)
+    cuda::add_rms_norm(x.data<float>(), o.data<float>(), w.data<float>(), eps, rows_of(x), D, h.data<float>(),
+                       cuda::stream());
+  else
+    cpu::add_rms_norm(x.data<float>(), o.data<float>(), w.data<float>(), eps, rows_of(x), D, h.data<float>());
+}
+
+void swiglu_packed(const Tensor& gate_up, const Tensor& out) {
+  const Device dev = gate_up.device();
+  require_f32("swiglu_packed", gate_up, "gate_up", dev);
+  require_f32("swiglu_packed", out, "out", dev);
+  const int64_t D = out.dim(-1), M = rows_of(out);
+  require(gate_up.dim(-1) == 2 * D && rows_of(gate_up) == M, "swiglu_packed", "gate_up ", gate_up.shape_str(),
+          " should be [", M, ", ", 2 * D, "] for out ", out.shape_str());
+  if (dev == Device::CUDA)
+    cuda::swiglu_packed(gate_up.data<float>(), M, D, out.data<float>(), cuda::stream());
+  else
+    cpu::swiglu_packed(gate_up.data<float>(), M, D, out.data<float>());
+}
+
 void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out) {
   const Device dev = gate.device();
   require_f32("swiglu", gate, "gate", dev);
@@ -163,11 +200,18 @@ DeviceBatch upload_batch(Device d, std::span<const int32_t> tokens, std::span<co
   for (const auto& r : rows) b.max_row_tokens = std::max(b.max_row_tokens, r.n_tokens);
   b.max_blocks = int32_t(max_blocks);
   b.max_context = int32_t(max_context);
-  b.tokens = empty_on(d, DType::I32, {n});
-  b.positions = empty_on(d, DType::I32, {n});
-  b.slot_mapping = empty_on(d, DType::I32, {n});
-  b.token_row = empty_on(d, DType::I32, {n});
-  b.block_tables = empty_on(d, DType::I32, {int64_t(rows.size()), max_blocks});
+  // One device buffer holds the five arrays back to back, so that a step
+  // refills them with one copy.
+  const int64_t n_rows = int64_t(rows.size());
+  Tensor all = empty_on(d, DType::I32, {4 * n + n_rows * max_blocks});
+  auto part = [&](int64_t at, std::initializer_list<int64_t> shape) {
+    return Tensor::view_of(all.buffer(), size_t(at) * 4, DType::I32, shape.begin(), int(shape.size()));
+  };
+  b.tokens = part(0, {n});
+  b.positions = part(n, {n});
+  b.slot_mapping = part(2 * n, {n});
+  b.token_row = part(3 * n, {n});
+  b.block_tables = part(4 * n, {n_rows, max_blocks});
   reupload_batch(b, tokens, rows, block_size);
   return b;
 }
@@ -196,16 +240,14 @@ void reupload_batch(const DeviceBatch& into, std::span<const int32_t> tokens, st
       token_row[t] = int32_t(r);
     }
   }
-  // One host buffer, five device tensors: copy each part.
-  const Tensor* parts[] = {&into.tokens, &into.positions, &into.slot_mapping, &into.token_row, &into.block_tables};
-  const int32_t* src = host.data();
-  for (const Tensor* t : parts) {
-    Tensor view = Tensor::view_of(std::make_shared<BorrowedBuffer>(nullptr, const_cast<int32_t*>(src),
-                                                                   t->nbytes()),
-                                  0, DType::I32, t->shape().data(), t->ndim());
-    copy_tensor(view, *t);
-    src += t->numel();
-  }
+  // The host buffer has upload_batch's layout: one copy into the device buffer.
+  const int64_t total = int64_t(host.size());
+  require(into.tokens.raw() == into.tokens.buffer()->data() && into.tokens.buffer() == into.block_tables.buffer(),
+          "upload_batch", "layout not made by upload_batch");
+  const int64_t shape[] = {total};
+  Tensor src = Tensor::view_of(std::make_shared<BorrowedBuffer>(nullptr, host.data(), host.size() * 4), 0,
+                               DType::I32, shape, 1);
+  copy_tensor(src, Tensor::view_of(into.tokens.buffer(), 0, DType::I32, shape, 1));
 }
 
 void rope(const Tensor& x, const BatchView& b, const Tensor& inv_freq) {
@@ -230,11 +272,12 @@ namespace {
 
 void check_rows(const char* op, std::span<const AttnRow> rows, int64_t n_tokens, const KvLayer& cache,
                 Device dev) {
-  const DType kv_dtype = dev == Device::CUDA ? DType::BF16 : DType::F32;
   for (const Tensor* t : {&cache.k, &cache.v}) {
     require(t->defined() && t->device() == dev && t->is_contiguous(), op, "cache must be contiguous on the device");
-    require(t->dtype() == kv_dtype, op, "cache must be ", dtype_name(kv_dtype), " here, got ", dtype_name(t->dtype()));
+    require(dev == Device::CUDA ? is_half(t->dtype()) : t->dtype() == DType::F32, op, "cache must be ",
+            dev == Device::CUDA ? "BF16 or F16" : "F32", " here, got ", dtype_name(t->dtype()));
   }
+  require(cache.k.dtype() == cache.v.dtype(), op, "K and V caches differ in dtype");
   require(cache.k.ndim() == 4 && cache.k.shape() == cache.v.shape(), op,
           "caches must be [n_blocks, block_size, n_head_kv, head_dim], got ", cache.k.shape_str());
   const int64_t block_size = cache.k.dim(1);
@@ -264,12 +307,60 @@ void store_kv(const Tensor& k, const Tensor& v, const BatchView& b, const KvLaye
           " / v ", v.shape_str(), " do not match the cache ", cache.k.shape_str());
   if (dev == Device::CUDA) {
     cuda::store_kv(k.data<float>(), v.data<float>(), kv_dim, attn_meta("store_kv", b, k.dim(0)),
-                   static_cast<cuda::bf16_bits*>(cache.k.raw()), static_cast<cuda::bf16_bits*>(cache.v.raw()),
-                   cuda::stream());
+                   half_ptr_mut(cache.k), half_ptr_mut(cache.v), cuda::stream(), half_of(cache.k));
     return;
   }
   cpu::store_kv(k.data<float>(), v.data<float>(), kv_dim, b.rows, cache.k.dim(1),
                 cache.k.data<float>(), cache.v.data<float>());
+}
+
+void qkv_rope_store(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps, const BatchView& b,
+                    const Tensor& inv_freq, const KvLayer& cache, const Tensor& q_out) {
+  const Device dev = qkv.device();
+  require_f32("qkv_rope_store", qkv, "qkv", dev);
+  require_f32("qkv_rope_store", q_out, "q_out", dev);
+  require_f32("qkv_rope_store", inv_freq, "inv_freq", dev);
+  require(q_out.ndim() == 3, "qkv_rope_store", "q_out must be [n_tokens, n_head, head_dim], got ", q_out.shape_str());
+  const int64_t T = q_out.dim(0), n_head = q_out.dim(1), head_dim = q_out.dim(2);
+  check_rows("qkv_rope_store", b.rows, T, cache, dev);
+  const int64_t n_head_kv = cache.k.dim(2), half = inv_freq.numel();
+  require(cache.k.dim(3) == head_dim, "qkv_rope_store", "q_out ", q_out.shape_str(), " does not fit cache ",
+          cache.k.shape_str());
+  require(qkv.numel() == T * (n_head + 2 * n_head_kv) * head_dim && qkv.dim(0) == T, "qkv_rope_store", "qkv ",
+          qkv.shape_str(), " should be [", T, ", ", (n_head + 2 * n_head_kv) * head_dim, "]");
+  require(2 * half <= head_dim, "qkv_rope_store", "rotary dims ", 2 * half, " exceed head_dim ", head_dim);
+  require(q_norm.defined() == k_norm.defined(), "qkv_rope_store", "q_norm and k_norm go together");
+  if (q_norm.defined()) {
+    require_f32("qkv_rope_store", q_norm, "q_norm", dev);
+    require_f32("qkv_rope_store", k_norm, "k_norm", dev);
+    require(q_norm.numel() == head_dim && k_norm.numel() == head_dim, "qkv_rope_store", "norm gains must be [",
+            head_dim, "]");
+  }
+  if (dev == Device::CUDA) {
+    cuda::qkv_rope_store(qkv.data<float>(), n_head, n_head_kv, head_dim,
+                         q_norm.defined() ? q_norm.data<float>() : nullptr,
+                         k_norm.defined() ? k_norm.data<float>() : nullptr, eps, inv_freq.data<float>(), half,
+                         attn_meta("qkv_rope_store", b, T), q_out.data<float>(), half_ptr_mut(cache.k),
+                         half_ptr_mut(cache.v), cuda::stream(), half_of(cache.k));
+    return;
+  }
+  // The CPU composes the unfused ops.
+  const int64_t q_dim = n_head * head_dim, kv_dim = n_head_kv * head_dim, width = q_dim + 2 * kv_dim;
+  Tensor k = Tensor::empty(DType::F32, {T, n_head_kv, head_dim});
+  Tensor v = Tensor::empty(DType::F32, {T, n_head_kv, head_dim});
+  const float* src = qkv.data<float>();
+  for (int64_t t = 0; t < T; ++t) {
+    std::copy_n(src + t * width, q_dim, q_out.data<float>() + t * q_dim);
+    std::copy_n(src + t * width + q_dim, kv_dim, k.data<float>() + t * kv_dim);
+    std::copy_n(src + t * width + q_dim + kv_dim, kv_dim, v.data<float>() + t * kv_dim);
+  }
+  if (q_norm.defined()) {
+    rms_norm(q_out, q_norm, eps, q_out);
+    rms_norm(k, k_norm, eps, k);
+  }
+  rope(q_out, b, inv_freq);
+  rope(k, b, inv_freq);
+  store_kv(k, v, b, cache);
 }
 
 int64_t attention_workspace(const Tensor& q, const BatchView& b) {
@@ -294,15 +385,79 @@ void paged_attention(const Tensor& q, const KvLayer& cache, const BatchView& b, 
     require(workspace.defined() ? workspace.numel() >= need && workspace.device() == dev : need == 0,
             "paged_attention", "workspace of ", workspace.defined() ? workspace.numel() : 0,
             " floats, needs ", need);
-    cuda::paged_attention(q.data<float>(), bf16_ptr(cache.k), bf16_ptr(cache.v), cache.k.dim(1), n_head,
+    cuda::paged_attention(q.data<float>(), half_ptr(cache.k), half_ptr(cache.v), cache.k.dim(1), n_head,
                           n_head_kv, head_dim, attn_meta("paged_attention", b, q.dim(0)), scale, window,
-                          out.data<float>(), need ? workspace.raw() : nullptr, cuda::stream());
+                          out.data<float>(), need ? workspace.raw() : nullptr, cuda::stream(), half_of(cache.k));
     return;
   }
   cpu::paged_attention(q.data<float>(), cache.k.data<float>(), cache.v.data<float>(), cache.k.dim(1),
                        n_head, n_head_kv, head_dim, b.rows, scale, window, out.data<float>());
 }
 
+// ---- Sampling -----------------------------------------------------------------
+
+static_assert(sizeof(SampleRow) == sizeof(cuda::SampleRow) && offsetof(SampleRow, uniform) == offsetof(cuda::SampleRow, uniform),
+              "ops::SampleRow and cuda::SampleRow share one layout");
+static_assert(sizeof(PenaltyEntry) == sizeof(cuda::PenaltyEntry) &&
+                  offsetof(PenaltyEntry, subtract) == offsetof(cuda::PenaltyEntry, subtract),
+              "ops::PenaltyEntry and cuda::PenaltyEntry share one layout");
+
+namespace {
+
+// Small host arrays for a kernel: a device copy (on the backend stream).
+std::shared_ptr<Buffer> upload_bytes(const void* src, size_t bytes) {
+  auto buf = cuda::allocate(bytes);
+  cuda::copy_to_device(buf->data(), src, bytes);
+  return buf;
+}
+
+void check_logits(const char* op, const Tensor& logits) {
+  require(logits.defined() && logits.dtype() == DType::F32 && logits.is_contiguous() && logits.ndim() == 2, op,
+          "logits must be a contiguous [n_rows, n_vocab] F32 tensor, got ",
+          logits.defined() ? logits.shape_str() : std::string("undefined"));
+}
+
+}  // namespace
+
+void apply_penalties(const Tensor& logits, std::span<const PenaltyEntry> entries) {
+  check_logits("apply_penalties", logits);
+  const int64_t n_rows = logits.dim(0), V = logits.dim(1);
+  for (const auto& e : entries)
+    require(e.row >= 0 && e.row < n_rows && e.token >= 0 && e.token < V, "apply_penalties", "entry (row ", e.row,
+            ", token ", e.token, ") outside ", logits.shape_str());
+  if (entries.empty()) return;
+  if (on_cuda(logits)) {
+    auto dev = upload_bytes(entries.data(), entries.size_bytes());
+    cuda::apply_penalties(logits.data<float>(), V, static_cast<const cuda::PenaltyEntry*>(dev->data()),
+                          int64_t(entries.size()), cuda::stream());
+    return;
+  }
+  require(logits.device() == Device::CPU, "apply_penalties", "no implementation for this device in this build");
+  cpu::apply_penalties(logits.data<float>(), V, entries);
+}
+
+void sample(const Tensor& logits, std::span<const SampleRow> rows, std::span<int32_t> ids) {
+  check_logits("sample", logits);
+  const int64_t n_rows = logits.dim(0), V = logits.dim(1);
+  require(int64_t(rows.size()) == n_rows && int64_t(ids.size()) == n_rows, "sample", rows.size(), " parameter rows and ",
+          ids.size(), " ids for ", n_rows, " rows of logits");
+  for (const auto& r : rows)
+    require(r.temperature >= 0 && std::isfinite(r.temperature) && r.top_k >= 0 && r.top_p > 0 && r.top_p <= 1 &&
+                r.min_p >= 0 && r.min_p <= 1 && r.uniform >= 0 && r.uniform < 1,
+            "sample", "parameters out of range: temperature ", r.temperature, ", top_k ", r.top_k, ", top_p ",
+            r.top_p, ", min_p ", r.min_p, ", uniform ", r.uniform);
+  if (n_rows == 0) return;
+  if (on_cuda(logits)) {
+    auto dev_rows = upload_bytes(rows.data(), rows.size_bytes());
+    auto dev_ids = cuda::allocate(ids.size_bytes());
+    cuda::sample(logits.data<float>(), n_rows, V, static_cast<const cuda::SampleRow*>(dev_rows->data()),
+                 static_cast<int32_t*>(dev_ids->data()), cuda::stream());
+    cuda::copy_to_host(ids.data(), dev_ids->data(), ids.size_bytes());
+    return;
+  }
+  require(logits.device() == Device::CPU, "sample", "no implementation for this device in this build");
+  cpu::sample(logits.data<float>(), V, rows, ids.data());
+}
 
 void slice_cols(const Tensor& x, int64_t begin, const Tensor& y) {
   require_cpu_f32("slice_cols", x, "x");

@@ -31,6 +31,15 @@ void add_inplace(const Tensor& a, const Tensor& b);
 // out = silu(gate) * up.  gate, up, out: [M, D] f32 (out may alias gate)
 void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out);
 
+// x += o, then h = x / sqrt(mean(x²) + eps) * w per row: the residual add
+// fused with the next block's norm (add_inplace then rms_norm).
+// x, o, h: [M, D] f32 (h distinct from x and o); w: [D] f32
+void add_rms_norm(const Tensor& x, const Tensor& o, const Tensor& w, float eps, const Tensor& h);
+
+// SwiGLU on a fused gate/up projection: out = silu(gate_up[:, :D]) * gate_up[:, D:].
+// gate_up: [M, 2D] f32; out: [M, D] f32
+void swiglu_packed(const Tensor& gate_up, const Tensor& out);
+
 // Paged KV cache of one layer: fixed-size blocks of token slots.
 struct KvLayer {
   Tensor k;  // [n_blocks, block_size, n_head_kv, head_dim] f32 (CPU) or bf16 (CUDA)
@@ -87,6 +96,14 @@ void rope(const Tensor& x, const BatchView& batch, const Tensor& inv_freq);
 // k, v: [n_tokens, n_head_kv, head_dim] f32
 void store_kv(const Tensor& k, const Tensor& v, const BatchView& batch, const KvLayer& cache);
 
+// After a fused q/k/v projection: per-head RMSNorm of q and k when q_norm and
+// k_norm are defined (Qwen3), RoPE on q and k, q written to q_out, k and v
+// written into the cache; the same as slicing, rms_norm, rope and store_kv.
+// qkv: [n_tokens, (n_head + 2 n_head_kv) * head_dim] f32 (q heads, then k, then v);
+// q_norm, k_norm: [head_dim] f32 or undefined; q_out: [n_tokens, n_head, head_dim] f32
+void qkv_rope_store(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,
+                    const BatchView& batch, const Tensor& inv_freq, const KvLayer& cache, const Tensor& q_out);
+
 // Causal attention over the paged cache, GQA (n_head a multiple of n_head_kv):
 // token t of a row at position p attends to positions [max(0, p - window + 1), p]
 // of its row (window 0 = unlimited).
@@ -97,6 +114,39 @@ void store_kv(const Tensor& k, const Tensor& v, const BatchView& batch, const Kv
 int64_t attention_workspace(const Tensor& q, const BatchView& batch);
 void paged_attention(const Tensor& q, const KvLayer& cache, const BatchView& batch, float scale,
                      int32_t window, const Tensor& out, const Tensor& workspace);
+
+// ---- Sampling ---------------------------------------------------------------
+
+// One row's sampling parameters (runtime/sampler.h), with its uniform drawn.
+struct SampleRow {
+  float temperature = 0;  // 0: greedy (argmax)
+  int32_t top_k = 0;      // 0: off
+  float top_p = 1;        // 1: off
+  float min_p = 0;        // 0: off
+  float uniform = 0;      // [0, 1)
+};
+
+// A token's penalties in one row (RepetitionPenaltyLogitsProcessor, then the
+// OpenAI presence/frequency penalties):
+//   logit = (logit > 0 ? logit / repetition : logit * repetition) - subtract
+struct PenaltyEntry {
+  int32_t row = 0;
+  int32_t token = 0;
+  float repetition = 1;  // 1: none
+  float subtract = 0;    // presence + frequency * count
+};
+
+// logits: [n_rows, n_vocab] f32, in place; at most one entry per (row, token).
+void apply_penalties(const Tensor& logits, std::span<const PenaltyEntry> entries);
+
+// One token per row of logits: [n_rows, n_vocab] f32 (any device); ids: [n_rows] on the host.
+// Temperature 0 is argmax (first id on ties). Otherwise the distribution
+// softmax(logits / temperature) restricted, in rank order (logit desc, id asc),
+// to the top_k best, then to the shortest prefix whose mass reaches top_p of
+// theirs, then to the tokens with at least min_p times the top probability;
+// one token is drawn with `uniform`, walking the kept tokens in id order.
+// Only ids cross to the host.
+void sample(const Tensor& logits, std::span<const SampleRow> rows, std::span<int32_t> ids);
 
 // ---- Linear attention (Gated DeltaNet) -------------------------------------
 

@@ -87,6 +87,21 @@ class DecoderModel final : public Model {
         l.mlp.b_up = w.vector_f32(p + "mlp.up_proj.bias", cfg.d_ff);
         l.mlp.b_down = w.vector_f32(p + "mlp.down_proj.bias", d);
       }
+      if (info_.device != Device::CPU) {
+        // On an accelerator projections sharing an input run as one GEMM
+        // (the skinny decode kernel streams a tall matrix closer to the
+        // bandwidth limit, and a step launches fewer kernels). Biases would
+        // need fusing too: only without them.
+        // (Parts kept in different 16-bit types stay apart.)
+        if (!cfg.attention_bias && l.attn.wq.dtype() == l.attn.wk.dtype() && l.attn.wk.dtype() == l.attn.wv.dtype()) {
+          l.attn.wqkv = stack_rows({l.attn.wq, l.attn.wk, l.attn.wv});
+          l.attn.wq = l.attn.wk = l.attn.wv = Tensor();
+        }
+        if (!cfg.mlp_bias && l.mlp.gate.dtype() == l.mlp.up.dtype()) {
+          l.mlp.gate_up = stack_rows({l.mlp.gate, l.mlp.up});
+          l.mlp.gate = l.mlp.up = Tensor();
+        }
+      }
       layers_.push_back(std::move(l));
       progress.update(i + 1);
     }
@@ -109,8 +124,9 @@ class DecoderModel final : public Model {
     // A decode step reads every matrix once, but only one row of the embedding.
     int64_t read = int64_t(head_.nbytes()) + int64_t(embed_.nbytes() / size_t(cfg.n_vocab));
     for (const auto& l : layers_)
-      for (const Tensor* t : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.mlp.gate, &l.mlp.up, &l.mlp.down})
-        read += int64_t(t->nbytes());
+      for (const Tensor* t : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wqkv, &l.attn.wo, &l.mlp.gate, &l.mlp.up,
+                              &l.mlp.gate_up, &l.mlp.down})
+        if (t->defined()) read += int64_t(t->nbytes());
     info_.decode_weight_bytes = read;
     info_.kv = {cfg.n_layer, cfg.n_head_kv, cfg.head_dim};
   }
@@ -119,8 +135,10 @@ class DecoderModel final : public Model {
   void forward(std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits) override {
     BatchPlan plan = plan_batch(rows, cfg_.n_vocab, cfg_.max_position);
     const int64_t n_out = int64_t(plan.logit_tokens.size());
-    if (logits.dim(0) != n_out || logits.dim(-1) != cfg_.n_vocab || logits.device() != Device::CPU)
-      fail("[forward] logits ", logits.shape_str(), " should be [", n_out, ", ", cfg_.n_vocab, "] on the host");
+    if (logits.dim(0) != n_out || logits.dim(-1) != cfg_.n_vocab ||
+        (logits.device() != Device::CPU && logits.device() != info_.device))
+      fail("[forward] logits ", logits.shape_str(), " should be [", n_out, ", ", cfg_.n_vocab,
+           "] on the host or the model's device");
     auto body = [&](const BatchPlan& p, Scratch& scratch, const Tensor& out) { layers(p, kv, scratch, out); };
     if (info_.device == Device::CPU)
       body(plan, scratch_, logits);
@@ -135,14 +153,16 @@ class DecoderModel final : public Model {
     Tensor h = scratch.get("h", {T, d});  // normed input of a block
     Tensor o = scratch.get("o", {T, d});  // output of a block
     ops::embedding(embed_, plan.tokens, x, &plan.device);
+    ops::rms_norm(x, layers_[0].attn_norm, cfg_.rms_eps, h);
     for (int64_t i = 0; i < cfg_.n_layer; ++i) {
       const LayerWeights& l = layers_[size_t(i)];
-      ops::rms_norm(x, l.attn_norm, cfg_.rms_eps, h);
       attention_block(h, l.attn, shape_, inv_freq_, plan, kv.layer(i), o, scratch);
-      ops::add_inplace(x, o);
-      ops::rms_norm(x, l.mlp_norm, cfg_.rms_eps, h);
+      ops::add_rms_norm(x, o, l.mlp_norm, cfg_.rms_eps, h);  // x += o; h = norm(x)
       swiglu_mlp(h, l.mlp, o, scratch);
-      ops::add_inplace(x, o);
+      if (i + 1 < cfg_.n_layer)
+        ops::add_rms_norm(x, o, layers_[size_t(i + 1)].attn_norm, cfg_.rms_eps, h);
+      else
+        ops::add_inplace(x, o);
     }
     output_logits(x, final_norm_, cfg_.rms_eps, head_, plan, logits, scratch);
   }

@@ -79,9 +79,11 @@ void DeviceForward::run(BatchPlan& plan, const KvCache& kv, const Tensor& logits
   const int64_t ctx = context_bucket(plan, kv), n_out = int64_t(plan.logit_tokens.size());
   if (!graphs_ || !is_decode_step(plan)) {
     upload_plan(plan, device_, kv.block_size(), ctx);
-    Tensor out = scratch_.get("logits", {n_out, n_vocab_});
+    // Logits asked for on the device are written in place.
+    const bool direct = logits.device() == device_ && logits.is_contiguous();
+    Tensor out = direct ? logits : scratch_.get("logits", {n_out, n_vocab_});
     body(plan, scratch_, out);
-    copy_tensor(out, logits);
+    if (!direct) copy_tensor(out, logits);
     return;
   }
   auto& step = steps_[{kv.id(), int64_t(plan.rows.size()), ctx}];
@@ -107,6 +109,24 @@ Tensor constant_f32(std::span<const float> values, Device device) {
   return to_device(host, device);
 }
 
+Tensor stack_rows(std::initializer_list<Tensor> parts) {
+  AUGUR_ASSERT(parts.size() > 0, "stack_rows of nothing");
+  const Tensor& first = *parts.begin();
+  int64_t rows = 0;
+  for (const Tensor& p : parts) {
+    if (p.ndim() != 2 || p.dim(1) != first.dim(1) || p.dtype() != first.dtype() || p.device() != first.device())
+      fail("[stack_rows] ", p.shape_str(), " does not stack onto ", first.shape_str());
+    rows += p.dim(0);
+  }
+  Tensor out = empty_on(first.device(), first.dtype(), {rows, first.dim(1)});
+  int64_t at = 0;
+  for (const Tensor& p : parts) {
+    copy_tensor(p, out.slice_rows(at, at + p.dim(0)));
+    at += p.dim(0);
+  }
+  return out;
+}
+
 void add_bias(const Tensor& y, const Tensor& bias) {
   if (!bias.defined()) return;
   if (y.device() != Device::CPU) fail("[add_bias] biases are not supported on ", device_name(y.device()), " yet");
@@ -123,10 +143,14 @@ void attention_block(const Tensor& x, const AttentionWeights& w, const Attention
                      const ops::KvLayer& kv, const Tensor& out, Scratch& scratch) {
   const int64_t T = x.dim(0);
   Tensor q = scratch.get("attn.q", {T, s.n_head, s.head_dim});
-  Tensor k = scratch.get("attn.k", {T, s.n_head_kv, s.head_dim});
-  Tensor v = scratch.get("attn.v", {T, s.n_head_kv, s.head_dim});
   Tensor gate;  // [T, n_head * head_dim] with an output gate
-  if (w.output_gate) {
+  const ops::BatchView batch = plan.view();
+  if (w.wqkv.defined()) {
+    // Fused: one projection, then q/k norm, RoPE and the cache writes in one pass.
+    Tensor qkv = scratch.get("attn.qkv", {T, (s.n_head + 2 * s.n_head_kv) * s.head_dim});
+    ops::linear(x, w.wqkv, qkv);
+    ops::qkv_rope_store(qkv, w.q_norm, w.k_norm, s.norm_eps, batch, inv_freq, kv, q);
+  } else if (w.output_gate) {
     // q_proj(x).view(T, n_head, 2 * head_dim).chunk(2, -1): query, then gate
     Tensor qg = scratch.get("attn.qg", {T * s.n_head, 2 * s.head_dim});
     ops::linear(x, w.wq, qg.reshape({T, s.n_head * 2 * s.head_dim}));
@@ -138,18 +162,21 @@ void attention_block(const Tensor& x, const AttentionWeights& w, const Attention
     ops::linear(x, w.wq, q.reshape({T, s.n_head * s.head_dim}));
     add_bias(q, w.bq);
   }
-  ops::linear(x, w.wk, k.reshape({T, s.n_head_kv * s.head_dim}));
-  ops::linear(x, w.wv, v.reshape({T, s.n_head_kv * s.head_dim}));
-  add_bias(k, w.bk);
-  add_bias(v, w.bv);
-  if (w.q_norm.defined()) {  // Qwen3: RMSNorm over each head before RoPE
-    ops::rms_norm(q, w.q_norm, s.norm_eps, q);
-    ops::rms_norm(k, w.k_norm, s.norm_eps, k);
+  if (!w.wqkv.defined()) {
+    Tensor k = scratch.get("attn.k", {T, s.n_head_kv, s.head_dim});
+    Tensor v = scratch.get("attn.v", {T, s.n_head_kv, s.head_dim});
+    ops::linear(x, w.wk, k.reshape({T, s.n_head_kv * s.head_dim}));
+    ops::linear(x, w.wv, v.reshape({T, s.n_head_kv * s.head_dim}));
+    add_bias(k, w.bk);
+    add_bias(v, w.bv);
+    if (w.q_norm.defined()) {  // Qwen3: RMSNorm over each head before RoPE
+      ops::rms_norm(q, w.q_norm, s.norm_eps, q);
+      ops::rms_norm(k, w.k_norm, s.norm_eps, k);
+    }
+    ops::rope(q, batch, inv_freq);
+    ops::rope(k, batch, inv_freq);
+    ops::store_kv(k, v, batch, kv);
   }
-  const ops::BatchView batch = plan.view();
-  ops::rope(q, batch, inv_freq);
-  ops::rope(k, batch, inv_freq);
-  ops::store_kv(k, v, batch, kv);
   Tensor attn = scratch.get("attn.out", {T, s.n_head, s.head_dim});
   Tensor workspace = scratch.get("attn.workspace", {ops::attention_workspace(q, batch)});
   ops::paged_attention(q, kv, batch, s.scale, s.window, attn, workspace);
@@ -162,6 +189,15 @@ void attention_block(const Tensor& x, const AttentionWeights& w, const Attention
 }
 
 void swiglu_mlp(const Tensor& x, const MlpWeights& w, const Tensor& out, Scratch& scratch) {
+  if (w.gate_up.defined()) {  // fused gate/up: one projection, SwiGLU over its halves
+    const int64_t T = x.dim(0), d_ff = w.gate_up.dim(0) / 2;
+    Tensor gate_up = scratch.get("mlp.gate_up", {T, 2 * d_ff});
+    Tensor act = scratch.get("mlp.act", {T, d_ff});
+    ops::linear(x, w.gate_up, gate_up);
+    ops::swiglu_packed(gate_up, act);
+    ops::linear(act, w.down, out);
+    return;
+  }
   const int64_t T = x.dim(0), d_ff = w.gate.dim(0);
   Tensor gate = scratch.get("mlp.gate", {T, d_ff});
   Tensor up = scratch.get("mlp.up", {T, d_ff});

@@ -55,7 +55,7 @@ class Scratch {
 
 // The forward of a model on an accelerator: uploads the plan's layout, runs
 // `body` (which writes the logits of plan.logit_tokens into a device tensor)
-// and copies the logits to `logits` on the host. Pure decode steps (every row
+// and copies the logits to `logits`, on the host or the device. Pure decode steps (every row
 // one token, one logit) are recorded once per (cache, rows, context bucket)
 // as a CUDA graph and replayed, with their own scratch buffers so their
 // addresses never move; set AUGUR_CUDA_GRAPHS=0 to run them eagerly.
@@ -81,8 +81,16 @@ class DeviceForward {
 // A host vector as a tensor on `device` (small constants: RoPE frequencies).
 Tensor constant_f32(std::span<const float> values, Device device);
 
+// The rows of `parts` stacked into one new matrix on their device: projections
+// that share an input fused at load time. parts: [N_i, K] of one dtype.
+Tensor stack_rows(std::initializer_list<Tensor> parts);
+
 struct AttentionWeights {
   Tensor wq, wk, wv, wo;  // [n_head*head_dim, d_model], [n_head_kv*head_dim, d_model] x2, [d_model, n_head*head_dim]
+  // wq, wk, wv stacked, [(n_head + 2 n_head_kv) * head_dim, d_model]: when
+  // defined (decoder families on accelerators, no biases) it replaces them,
+  // and one pass does q/k norm, RoPE and the cache writes.
+  Tensor wqkv;
   Tensor bq, bk, bv, bo;  // optional biases, f32
   Tensor q_norm, k_norm;  // optional per-head RMSNorm gains [head_dim], f32 (Qwen3)
   // Gated attention (Qwen3NextAttention): wq is [n_head*2*head_dim, d_model]
@@ -110,6 +118,7 @@ void attention_block(const Tensor& x, const AttentionWeights& w, const Attention
 
 struct MlpWeights {
   Tensor gate, up;  // [d_ff, d_model]
+  Tensor gate_up;   // gate and up stacked [2 d_ff, d_model]: replaces them when defined
   Tensor down;      // [d_model, d_ff]
   Tensor b_gate, b_up, b_down;  // optional biases, f32
 };

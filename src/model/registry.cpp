@@ -53,7 +53,11 @@ const Family& require_family(const JsonConfig& cfg, std::string_view model_type)
     if (model_type == f.model_type) return f;
   std::string known;
   for (const auto& n : family_names()) known += (known.empty() ? "" : ", ") + n;
-  cfg.error("model_type", "'" + std::string(model_type) + "' is not supported; supported: " + known);
+  std::string msg = "'";  // built by appends: GCC 12 misreports "lit" + string&& (-Wrestrict)
+  msg += model_type;
+  msg += "' is not supported; supported: ";
+  msg += known;
+  cfg.error("model_type", msg);
 }
 
 }  // namespace

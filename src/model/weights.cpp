@@ -100,12 +100,21 @@ class SyntheticWeights final : public WeightSource {
 
 Tensor WeightSource::place(Tensor t, bool matrix) const {
   if (device_ == Device::CPU) return t;
-  if (matrix && t.dtype() != DType::BF16) {  // CUDA kernels read bf16 weights
+  if (!matrix) return to_device(t, device_);
+  // CUDA kernels read 16-bit weights, and the tensor-core path rounds its
+  // input to the weight's type: f16 keeps 3 more mantissa bits than bf16 at
+  // the same rate, so a matrix whose values fit f16's range (every one seen
+  // in practice) becomes f16 (bf16 widens exactly into it, f16 stays); the
+  // rest stay bf16.
+  if (t.dtype() == DType::F16 && device_half(device_) == DType::F16) return to_device(t, device_);
+  if (t.dtype() != DType::BF16) {
     Tensor b = Tensor::empty(DType::BF16, t.shape().data(), t.ndim());
     for (int64_t i = 0; i < t.numel(); ++i) b.data<uint16_t>()[i] = f32_to_bf16(to_f32(t, i));
     t = b;
   }
-  return to_device(t, device_);
+  t = to_device(t, device_);
+  const bool f16 = device_half(device_) == DType::F16 && max_abs(t) <= 65504.0f;
+  return f16 ? convert_half(t, DType::F16) : t;
 }
 
 namespace {

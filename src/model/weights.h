@@ -52,8 +52,8 @@ class WeightSource {
   Tensor tensor_f32(std::string_view name, std::initializer_list<int64_t> shape);
 
   // Where matrix(), vector_f32() and tensor_f32() put what they return (the
-  // CPU by default). On CUDA matrices are bf16: other float types are
-  // rounded to it.
+  // CPU by default). On CUDA matrices are f16 where their values fit its
+  // range, else bf16 (f32 is rounded to bf16 first).
   void set_device(Device d) { device_ = d; }
   Device device() const { return device_; }
 

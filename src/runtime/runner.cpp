@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "backend/device.h"
 #include "core/error.h"
 
 namespace augur {
@@ -26,7 +27,7 @@ Runner::Runner(Model& model, const RunnerOptions& opts)
 }
 
 Tensor Runner::step(std::span<Sequence* const> seqs, std::span<const std::span<const int32_t>> tokens,
-                    std::span<const int32_t> n_logits) {
+                    std::span<const int32_t> n_logits, LogitsOn on) {
   AUGUR_ASSERT(seqs.size() == tokens.size() && seqs.size() == n_logits.size(), "step arity");
   std::vector<ForwardRow> rows(seqs.size());
   int64_t n_out = 0;
@@ -39,17 +40,42 @@ Tensor Runner::step(std::span<Sequence* const> seqs, std::span<const std::span<c
     rows[i].state_slot = seqs[i]->state_slot();
     n_out += n_logits[i];
   }
-  Tensor logits = Tensor::empty(DType::F32, {n_out, model_->info().n_vocab});
+  const int64_t n_vocab = model_->info().n_vocab;
+  const Device device = model_->info().device;
+  Tensor logits;
+  if (on == LogitsOn::Device && device != Device::CPU) {
+    if (!device_logits_.defined() || device_logits_.numel() < std::max<int64_t>(n_out, 1) * n_vocab)
+      device_logits_ = empty_on(device, DType::F32, {std::max<int64_t>(n_out, 1) * n_vocab});
+    const int64_t shape[] = {n_out, n_vocab};
+    logits = Tensor::view_of(device_logits_.buffer(), 0, DType::F32, shape, 2);
+  } else {
+    logits = Tensor::empty(DType::F32, {n_out, n_vocab});
+  }
   model_->forward(rows, kv_, logits);
   for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->append(tokens[i]);
   return logits;
 }
 
-Tensor Runner::feed(Sequence& seq, std::span<const int32_t> tokens, bool all_logits) {
+Tensor Runner::feed(Sequence& seq, std::span<const int32_t> tokens, bool all_logits, LogitsOn on) {
   if (tokens.empty()) fail("[runner] nothing to feed");
   const int64_t n = int64_t(tokens.size()), n_vocab = model_->info().n_vocab;
-  Tensor out = Tensor::empty(DType::F32, {all_logits ? n : 1, n_vocab});
   Sequence* seqs[] = {&seq};
+  if (on == LogitsOn::Device && model_->info().device != Device::CPU) {
+    // The last chunk's logits stay where step() leaves them; all_logits
+    // gathers every chunk's into a tensor of its own on the device.
+    Tensor out = all_logits ? empty_on(model_->info().device, DType::F32, {n, n_vocab}) : Tensor();
+    Tensor last;
+    for (int64_t begin = 0; begin < n; begin += opts_.prefill_chunk) {
+      const int64_t end = std::min(n, begin + opts_.prefill_chunk);
+      const int32_t want = all_logits ? int32_t(end - begin) : (end == n ? 1 : 0);
+      const std::span<const int32_t> chunk[] = {tokens.subspan(size_t(begin), size_t(end - begin))};
+      const int32_t wants[] = {want};
+      last = step(seqs, chunk, wants, LogitsOn::Device);
+      if (all_logits) copy_tensor(last, out.slice_rows(begin, end));
+    }
+    return all_logits ? out : last;
+  }
+  Tensor out = Tensor::empty(DType::F32, {all_logits ? n : 1, n_vocab});
   for (int64_t begin = 0; begin < n; begin += opts_.prefill_chunk) {
     const int64_t end = std::min(n, begin + opts_.prefill_chunk);
     const bool last = end == n;
@@ -75,18 +101,36 @@ GenerateResult generate(Runner& runner, Sequence& seq, std::span<const int32_t> 
   const int64_t n_vocab = runner.model().info().n_vocab;
   const std::vector<int32_t> prompt_ids(prompt.begin(), prompt.end());
 
+  // On an accelerator the logits stay there and are sampled there (only the
+  // token id crosses to the host), except the prompt's when they are kept.
+  const LogitsOn on = runner.model().info().device != Device::CPU ? LogitsOn::Device : LogitsOn::Host;
+  std::vector<float> row;
+  std::vector<ops::PenaltyEntry> penalties;
+  // One token from next-token logits [1, n_vocab], wherever they are.
+  auto draw = [&](const Tensor& next) {
+    if (next.device() == Device::CPU) {
+      row.assign(next.data<float>(), next.data<float>() + n_vocab);
+      return sampler.sample(row, prompt_ids, res.ids);
+    }
+    penalties.clear();
+    const ops::SampleRow r = sampler.device_row(0, int32_t(n_vocab), prompt_ids, res.ids, penalties);
+    ops::apply_penalties(next, penalties);
+    int32_t id = 0;
+    ops::sample(next, std::span<const ops::SampleRow>(&r, 1), std::span<int32_t>(&id, 1));
+    return id;
+  };
+
   auto t0 = std::chrono::steady_clock::now();
-  Tensor logits = runner.feed(seq, prompt, opts.prompt_logits);
+  Tensor logits = runner.feed(seq, prompt, opts.prompt_logits, opts.prompt_logits ? LogitsOn::Host : on);
   res.prefill_seconds = seconds_since(t0);
   if (opts.prompt_logits) res.prompt_logits = logits;
   // The next-token logits: the last row either way.
-  std::vector<float> row(static_cast<size_t>(n_vocab));
-  std::memcpy(row.data(), logits.data<float>() + (logits.dim(0) - 1) * n_vocab, size_t(n_vocab) * 4);
+  Tensor next = logits.slice_rows(logits.dim(0) - 1, logits.dim(0));
 
   res.finish_reason = "length";
   t0 = std::chrono::steady_clock::now();
   while (int64_t(res.ids.size()) < opts.max_tokens) {
-    const int32_t tok = sampler.sample(row, prompt_ids, res.ids);
+    const int32_t tok = draw(next);
     res.ids.push_back(tok);
     bool stop = false;
     for (int32_t s : opts.stop_ids) stop |= (s == tok);
@@ -96,8 +140,7 @@ GenerateResult generate(Runner& runner, Sequence& seq, std::span<const int32_t> 
       break;
     }
     if (int64_t(res.ids.size()) == opts.max_tokens) break;
-    Tensor next = runner.feed(seq, std::span<const int32_t>(&res.ids.back(), 1));
-    std::memcpy(row.data(), next.data<float>(), size_t(n_vocab) * 4);
+    next = runner.feed(seq, std::span<const int32_t>(&res.ids.back(), 1), false, on);
     ++res.n_decode_steps;
   }
   res.decode_seconds = seconds_since(t0);

@@ -22,6 +22,10 @@ struct RunnerOptions {
   int64_t max_sequences = 16;        // live sequences at once (recurrent-state slots, hybrid models)
 };
 
+// Where Runner::step / feed leave the logits: on the host, or on the model's
+// device (CUDA: no copy to the host; sample them there with ops::sample).
+enum class LogitsOn { Host, Device };
+
 class Runner {
  public:
   Runner(Model& model, const RunnerOptions& opts);
@@ -35,14 +39,17 @@ class Runner {
 
   // One forward over several sequences: row i appends tokens[i] to seqs[i]
   // and asks for the logits of its last n_logits[i] tokens.
-  // Returns [sum n_logits, n_vocab] f32, rows in order.
+  // Returns [sum n_logits, n_vocab] f32, rows in order. On LogitsOn::Device
+  // the tensor lives on the model's device and stays valid until the next
+  // step or feed of this runner.
   Tensor step(std::span<Sequence* const> seqs, std::span<const std::span<const int32_t>> tokens,
-              std::span<const int32_t> n_logits);
+              std::span<const int32_t> n_logits, LogitsOn on = LogitsOn::Host);
 
   // Appends a run of tokens to one sequence in chunks of prefill_chunk.
   // Returns the logits of the last token [1, n_vocab], or of every token
-  // [n_tokens, n_vocab] when all_logits.
-  Tensor feed(Sequence& seq, std::span<const int32_t> tokens, bool all_logits = false);
+  // [n_tokens, n_vocab] when all_logits (placed as step() places them).
+  Tensor feed(Sequence& seq, std::span<const int32_t> tokens, bool all_logits = false,
+              LogitsOn on = LogitsOn::Host);
 
  private:
   Model* model_;
@@ -50,6 +57,7 @@ class Runner {
   KvCache kv_;
   BlockPool pool_;
   SlotPool slots_;
+  Tensor device_logits_;  // LogitsOn::Device steps write here (grown on demand)
 };
 
 struct GenerateOptions {

@@ -40,6 +40,40 @@ Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) { validate(p); }
 
 double Sampler::uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
 
+ops::SampleRow Sampler::device_row(int32_t row, int32_t n_vocab, std::span<const int32_t> prompt,
+                                   std::span<const int32_t> generated, std::vector<ops::PenaltyEntry>& penalties) {
+  const bool rep = p_.repetition_penalty != 1.0f;
+  const bool pres = p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
+  if (rep || pres) {
+    // Distinct tokens of the history, each with its count in `generated`.
+    std::vector<std::pair<int32_t, int32_t>> seen;  // (token, generated count)
+    for (int32_t t : prompt)
+      if (t >= 0 && t < n_vocab) seen.emplace_back(t, 0);
+    for (int32_t t : generated)
+      if (t >= 0 && t < n_vocab) seen.emplace_back(t, 1);
+    std::sort(seen.begin(), seen.end());
+    for (size_t i = 0; i < seen.size();) {
+      const int32_t t = seen[i].first;
+      int32_t count = 0;
+      for (; i < seen.size() && seen[i].first == t; ++i) count += seen[i].second;
+      ops::PenaltyEntry e;
+      e.row = row;
+      e.token = t;
+      e.repetition = rep ? p_.repetition_penalty : 1.0f;  // prompt and generated tokens alike
+      if (pres && count > 0) e.subtract = p_.presence_penalty + p_.frequency_penalty * float(count);
+      if (e.repetition != 1.0f || count > 0) penalties.push_back(e);
+    }
+  }
+  ops::SampleRow r;
+  r.temperature = p_.temperature;
+  r.top_k = p_.top_k;
+  r.top_p = p_.top_p;
+  r.min_p = p_.min_p;
+  // float(u) may round up to 1: keep it below.
+  if (p_.temperature != 0.0f) r.uniform = std::min(float(uniform()), 0x1.fffffep-1f);
+  return r;
+}
+
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt,
                         std::span<const int32_t> generated) {
   const int32_t n_vocab = int32_t(logits.size());

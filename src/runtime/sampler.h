@@ -8,6 +8,8 @@
 #include <span>
 #include <vector>
 
+#include "backend/ops.h"
+
 namespace augur {
 
 struct SamplingParams {
@@ -37,6 +39,13 @@ class Sampler {
   int32_t sample(std::span<float> logits, std::span<const int32_t> prompt,
                  std::span<const int32_t> generated);
   const SamplingParams& params() const { return p_; }
+
+  // The same step for logits on a device (ops::sample): appends this row's
+  // penalties to `penalties` and returns its parameters, drawing the uniform
+  // from the same stream as sample() (one draw when temperature > 0).
+  // Penalties apply before the draw (ops::apply_penalties).
+  ops::SampleRow device_row(int32_t row, int32_t n_vocab, std::span<const int32_t> prompt,
+                            std::span<const int32_t> generated, std::vector<ops::PenaltyEntry>& penalties);
 
  private:
   double uniform();  // [0, 1)

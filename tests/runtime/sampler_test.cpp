@@ -3,7 +3,9 @@
 #include <cmath>
 #include <map>
 
+#include "backend/ops.h"
 #include "core/error.h"
+#include "core/tensor.h"
 #include "runtime/sampler.h"
 
 namespace augur {
@@ -123,6 +125,58 @@ TEST(Sampler, TopKListsLargestFirst) {
   EXPECT_EQ(top[0].second, 1);
   EXPECT_EQ(top[1].second, 2);
   EXPECT_EQ(top[2].second, 4);
+}
+
+// The device path (Sampler::device_row + ops::apply_penalties + ops::sample,
+// here on the CPU implementation of those ops) applies the same penalties:
+// greedy picks agree with Sampler::sample.
+TEST(Sampler, DeviceRowPenaltiesMatchSampler) {
+  SamplingParams p;
+  p.repetition_penalty = 1.7f;
+  p.presence_penalty = 0.4f;
+  p.frequency_penalty = 0.3f;
+  const std::vector<int32_t> prompt = {3, 5, 5, 9}, generated = {9, 9, 1, 3, 11};
+  for (uint32_t seed = 0; seed < 20; ++seed) {
+    std::vector<float> l(16);
+    for (size_t i = 0; i < l.size(); ++i) l[i] = float((i * 7 + seed * 13) % 11) * 0.37f - 1.5f;
+    auto host = l;
+    const int32_t want = Sampler(p).sample(host, prompt, generated);
+    Tensor t = Tensor::empty(DType::F32, {1, int64_t(l.size())});
+    std::copy(l.begin(), l.end(), t.data<float>());
+    std::vector<ops::PenaltyEntry> pen;
+    const ops::SampleRow row = Sampler(p).device_row(0, int32_t(l.size()), prompt, generated, pen);
+    ops::apply_penalties(t, pen);
+    for (size_t i = 0; i < l.size(); ++i) EXPECT_EQ(t.data<float>()[i], host[i]) << "logit " << i;
+    int32_t got = -1;
+    ops::sample(t, std::span(&row, 1), std::span(&got, 1));
+    EXPECT_EQ(got, want) << "seed " << seed;
+  }
+}
+
+// ops::sample draws only kept tokens, with softmax frequencies; one uniform
+// per sampled row, from the Sampler's stream.
+TEST(Sampler, OpsSampleKeepsFiltersAndFollowsSoftmax) {
+  const std::vector<float> l = logits_for({0.05, 0.3, 0.1, 0.25, 0.2, 0.1});
+  const int n = 4000;
+  Tensor t = Tensor::empty(DType::F32, {n, int64_t(l.size())});
+  for (int r = 0; r < n; ++r) std::copy(l.begin(), l.end(), t.data<float>() + r * int64_t(l.size()));
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 3;  // tokens 1, 3, 4
+  p.seed = 5;
+  Sampler s(p);
+  std::vector<ops::SampleRow> rows;
+  std::vector<ops::PenaltyEntry> pen;
+  for (int r = 0; r < n; ++r) rows.push_back(s.device_row(r, int32_t(l.size()), {}, {}, pen));
+  EXPECT_TRUE(pen.empty());
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  ops::sample(t, rows, ids);
+  std::map<int32_t, int> hist;
+  for (int32_t id : ids) ++hist[id];
+  EXPECT_EQ(hist.size(), 3u);
+  EXPECT_NEAR(hist[1] / double(n), 0.3 / 0.75, 0.03);
+  EXPECT_NEAR(hist[3] / double(n), 0.25 / 0.75, 0.03);
+  EXPECT_NEAR(hist[4] / double(n), 0.2 / 0.75, 0.03);
 }
 
 }  // namespace

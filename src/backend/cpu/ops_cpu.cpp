@@ -62,6 +62,101 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   });
 }
 
+void add_rms_norm(float* x, const float* o, const float* w, float eps, int64_t M, int64_t D, float* h) {
+  add_inplace(x, o, M * D);
+  rms_norm(x, w, eps, M, D, h);
+}
+
+void swiglu_packed(const float* gate_up, int64_t M, int64_t D, float* out) {
+  for (int64_t m = 0; m < M; ++m) swiglu(gate_up + m * 2 * D, gate_up + m * 2 * D + D, out + m * D, D);
+}
+
+void apply_penalties(float* logits, int64_t n_vocab, std::span<const ops::PenaltyEntry> entries) {
+  for (const auto& e : entries) {
+    float& l = logits[int64_t(e.row) * n_vocab + e.token];
+    float v = l;
+    if (e.repetition != 1.0f) v = v > 0 ? v / e.repetition : v * e.repetition;
+    l = v - e.subtract;
+  }
+}
+
+namespace {
+
+// Rank order of logits: larger first, NaN last (the key of the CUDA kernel).
+uint32_t order_key(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0;
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+}  // namespace
+
+// The reference for the CUDA sample_kernel: the same cuts (found here by
+// sorting), the same fixed-point top-p mass, the same walk in id order.
+void sample(const float* logits, int64_t n_vocab, std::span<const ops::SampleRow> rows, int32_t* out) {
+  const int64_t V = n_vocab;
+  std::vector<int32_t> order(static_cast<size_t>(V));
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const ops::SampleRow& p = rows[r];
+    const float* row = logits + int64_t(r) * V;
+    int32_t best = 0;
+    float bv = -INFINITY;
+    for (int64_t j = 0; j < V; ++j)
+      if (row[j] > bv) bv = row[j], best = int32_t(j);
+    if (!(p.temperature > 0.f) || !std::isfinite(bv)) {
+      out[r] = best;
+      continue;
+    }
+    const float inv_t = 1.0f / p.temperature, mx = bv * inv_t;
+    auto weight = [&](int32_t j) { return std::exp(row[j] * inv_t - mx); };
+    auto fixed = [](float w) { return static_cast<uint64_t>(w * 1099511627776.0f); };
+    for (int64_t j = 0; j < V; ++j) order[size_t(j)] = int32_t(j);
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      const uint32_t ka = order_key(row[a]), kb = order_key(row[b]);
+      return ka > kb || (ka == kb && a < b);
+    });
+    int64_t n_keep = p.top_k > 0 && p.top_k < V ? p.top_k : V;
+    if (p.top_p < 1.0f) {
+      uint64_t z = 0;
+      for (int64_t i = 0; i < n_keep; ++i) z += fixed(weight(order[size_t(i)]));
+      const double target = double(p.top_p) * double(z);
+      uint64_t run = 0;
+      for (int64_t i = 0; i < n_keep; ++i) {
+        run += fixed(weight(order[size_t(i)]));
+        if (double(run) >= target) {
+          n_keep = i + 1;
+          break;
+        }
+      }
+    }
+    std::vector<bool> kept(static_cast<size_t>(V), false);
+    for (int64_t i = 0; i < n_keep; ++i) kept[size_t(order[size_t(i)])] = true;
+    auto kept_weight = [&](int64_t j) {
+      if (!kept[size_t(j)]) return 0.f;
+      const float w = weight(int32_t(j));
+      return w >= p.min_p ? w : 0.f;
+    };
+    float total = 0;
+    int32_t last = best;
+    for (int64_t j = 0; j < V; ++j) {
+      const float w = kept_weight(j);
+      total += w;
+      if (w > 0) last = int32_t(j);
+    }
+    float rest = p.uniform * total;
+    out[r] = last;
+    for (int64_t j = 0; j < V; ++j) {
+      const float w = kept_weight(j);
+      if (w > 0 && rest < w) {
+        out[r] = int32_t(j);
+        break;
+      }
+      rest -= w;
+    }
+  }
+}
+
 // Reference: apply_rotary_pos_emb with rotate_half; angles pos * inv_freq in f32
 // as transformers' RotaryEmbedding computes them.
 void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim,

@@ -15,6 +15,13 @@ void embedding(const void* table, DType dtype, int64_t d_model, std::span<const 
 void rms_norm(const float* x, const float* w, float eps, int64_t M, int64_t D, float* y);
 void add_inplace(float* a, const float* b, int64_t n);
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
+// x += o; h = rms_norm(x) * w.  x, o, h: [M, D]
+void add_rms_norm(float* x, const float* o, const float* w, float eps, int64_t M, int64_t D, float* h);
+// gate_up: [M, 2D]; out: [M, D]
+void swiglu_packed(const float* gate_up, int64_t M, int64_t D, float* out);
+// logits: [n_rows, n_vocab]; out: [n_rows] (ops::sample's semantics)
+void sample(const float* logits, int64_t n_vocab, std::span<const ops::SampleRow> rows, int32_t* out);
+void apply_penalties(float* logits, int64_t n_vocab, std::span<const ops::PenaltyEntry> entries);
 // x: [n_tokens, n_head, head_dim]
 void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim,
           std::span<const int32_t> positions, std::span<const float> inv_freq);

@@ -1,4 +1,4 @@
-// Causal GQA attention over the paged bf16 KV cache.
+// Causal GQA attention over the paged KV cache (bf16 or f16: the F16 template flag).
 //
 // Decode (few tokens, or one token per row): flash-decoding. Grid
 // (n_splits, n_head_kv * head passes, n_tokens); block = 4 warps, one KV head
@@ -17,7 +17,7 @@
 // packing: K/V tiles are loaded once for all G heads), walks the KV tiles of
 // the keys its tokens see with a cp.async double buffer, and keeps the online
 // softmax in registers. Q (pre-scaled by scale * log2 e) and P are rounded
-// to bf16 for the tensor cores. Tokens of different rows in one tile are
+// to the caches' type for the tensor cores. Tokens of different rows in one tile are
 // handled as segments, one pass each.
 //
 // Reference for both: eager_attention_forward (backend/cpu/ops_cpu.cpp).
@@ -54,6 +54,12 @@ __device__ __forceinline__ void cp_async_wait() {
 __device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
+}
+// Tensor-core operands (Q, P) in the caches' type.
+template <bool F16>
+__device__ __forceinline__ uint32_t half2_rn(float lo, float hi) {
+  if constexpr (F16) return pack_half2<true>(lo, hi);
+  else return bf16x2_rn(lo, hi);
 }
 
 
@@ -93,7 +99,7 @@ struct DecodeCfg {
   static constexpr int kStage = kWarps * kKeys;                // keys per block per stage
   static constexpr int kLanesPerRow = kChunks < 32 ? kChunks : 32;  // value phase: lanes across D
   static constexpr int kKeyGroups = 32 / kLanesPerRow;
-  static constexpr int kStride = D + 8;                        // bf16 per smem key row (16-byte pad)
+  static constexpr int kStride = D + 8;                        // halves per smem key row (16-byte pad)
   static constexpr int kDepth = D >= 256 ? 2 : 3;              // stage buffers per warp (4 blocks/SM at D 128)
   static constexpr int kWarpBuf = kDepth * 2 * kKeys * kStride;  // [stage][K|V][key][kStride]
   static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16, at most 256");
@@ -109,9 +115,9 @@ constexpr size_t decode_smem_bytes() {
   return q + p + (kv > red ? kv : red);
 }
 
-// q, out: [n_tokens, n_head, D] f32; caches: [n_blocks, block_size, n_head_kv, D] bf16;
+// q, out: [n_tokens, n_head, D] f32; caches: [n_blocks, block_size, n_head_kv, D] bf16 or f16;
 // part_acc: [n_tokens, n_head, n_splits, D]; part_ml: [n_tokens, n_head, n_splits] (m, l), log2 domain.
-template <int D, int GP>
+template <int D, int GP, bool F16>
 __global__ void __launch_bounds__(128) decode_kernel(const float* __restrict__ q, const uint16_t* __restrict__ k_cache,
                                                      const uint16_t* __restrict__ v_cache, Geometry geo, int split_len,
                                                      int n_splits, int n_hpass, float* __restrict__ out,
@@ -194,8 +200,8 @@ __global__ void __launch_bounds__(128) decode_kernel(const float* __restrict__ q
     for (int ci = 0; ci < C::kChunks / C::kParts; ++ci) {
       const int c = part + ci * C::kParts;
       const uint4 kr = *reinterpret_cast<const uint4*>(kb + kl_s * C::kStride + c * 8);
-      const float kf[8] = {bf16_lo(kr.x), bf16_hi(kr.x), bf16_lo(kr.y), bf16_hi(kr.y),
-                           bf16_lo(kr.z), bf16_hi(kr.z), bf16_lo(kr.w), bf16_hi(kr.w)};
+      float kf[8];
+      unpack8<F16>(kr, kf);
 #pragma unroll
       for (int h = 0; h < GP; ++h) {
         const float4 qa = *reinterpret_cast<const float4*>(qs + h * D + c * 8);
@@ -232,8 +238,8 @@ __global__ void __launch_bounds__(128) decode_kernel(const float* __restrict__ q
     for (int ki = 0; ki < C::kKeys / C::kKeyGroups; ++ki) {
       const int kl = kg + ki * C::kKeyGroups;
       const uint4 vr = *reinterpret_cast<const uint4*>(vb + kl * C::kStride + c_v * 8);
-      const float vf[8] = {bf16_lo(vr.x), bf16_hi(vr.x), bf16_lo(vr.y), bf16_hi(vr.y),
-                           bf16_lo(vr.z), bf16_hi(vr.z), bf16_lo(vr.w), bf16_hi(vr.w)};
+      float vf[8];
+      unpack8<F16>(vr, vf);
 #pragma unroll
       for (int h = 0; h < GP; ++h) {
         const float pw = wps[kl * GP + h];
@@ -373,7 +379,7 @@ struct PrefillCfg {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kRows = kWarps * 16;                         // (token, head) rows per block
   static constexpr int kBk = D <= 64 ? 64 : (D <= 128 ? 32 : 16);   // keys per KV tile
-  static constexpr int kStride = D + 8;                             // bf16 per smem row (16-byte pad)
+  static constexpr int kStride = D + 8;                             // halves per smem row (16-byte pad)
   static constexpr int kChunks = D / 8;
   static constexpr int kMinBlocks = D >= 256 ? 1 : 2;
   // Q, K and V tiles, then per-token ints (position, row) and the segment list.
@@ -381,9 +387,9 @@ struct PrefillCfg {
   static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16, at most 256");
 };
 
-// q, out: [n_tokens, n_head, D] f32; caches: [n_blocks, block_size, n_head_kv, D] bf16.
+// q, out: [n_tokens, n_head, D] f32; caches: [n_blocks, block_size, n_head_kv, D] bf16 or f16.
 // Grid (ceil(n_tokens / tokens_per_block), n_head_kv).
-template <int D>
+template <int D, bool F16>
 __global__ void __launch_bounds__(PrefillCfg<D>::kThreads, PrefillCfg<D>::kMinBlocks)
     prefill_kernel(const float* __restrict__ q, const uint16_t* __restrict__ k_cache,
                    const uint16_t* __restrict__ v_cache, Geometry geo, int tokens_per_block,
@@ -410,7 +416,7 @@ __global__ void __launch_bounds__(PrefillCfg<D>::kThreads, PrefillCfg<D>::kMinBl
     s_pos[i] = geo.positions[t0 + i];
     s_row[i] = geo.token_row[t0 + i];
   }
-  // Q tile: row r = token (r / G) x head (r % G), scaled, bf16.
+  // Q tile: row r = token (r / G) x head (r % G), scaled, in the caches' type.
   for (int i = tid; i < C::kRows * (D / 4); i += blockDim.x) {
     const int r = i / (D / 4), d = (i % (D / 4)) * 4;
     const int tl = r / G, t = t0 + tl;
@@ -419,7 +425,7 @@ __global__ void __launch_bounds__(PrefillCfg<D>::kThreads, PrefillCfg<D>::kMinBl
       v = *reinterpret_cast<const float4*>(q + (int64_t(t) * geo.n_head + kvh * G + r % G) * D + d);
       v.x *= geo.qscale, v.y *= geo.qscale, v.z *= geo.qscale, v.w *= geo.qscale;
     }
-    *reinterpret_cast<uint2*>(qs + r * C::kStride + d) = make_uint2(bf16x2_rn(v.x, v.y), bf16x2_rn(v.z, v.w));
+    *reinterpret_cast<uint2*>(qs + r * C::kStride + d) = make_uint2(half2_rn<F16>(v.x, v.y), half2_rn<F16>(v.z, v.w));
   }
   __syncthreads();
   // Segments: maximal runs of tokens of one row, with the keys they see.
@@ -507,8 +513,8 @@ __global__ void __launch_bounds__(PrefillCfg<D>::kThreads, PrefillCfg<D>::kMinBl
         for (int np = 0; np < C::kBk / 16; ++np) {
           uint32_t b[4];
           ldmatrix_x4(b, kb + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * C::kStride + kk * 16 + ((lane >> 3) & 1) * 8);
-          mma_bf16_16816(sc[2 * np], a, b[0], b[1]);
-          mma_bf16_16816(sc[2 * np + 1], a, b[2], b[3]);
+          mma_16816<F16>(sc[2 * np], a, b[0], b[1]);
+          mma_16816<F16>(sc[2 * np + 1], a, b[2], b[3]);
         }
       }
       // Mask, online softmax (rows g: e = 0, 1; g + 8: e = 2, 3).
@@ -549,16 +555,17 @@ __global__ void __launch_bounds__(PrefillCfg<D>::kThreads, PrefillCfg<D>::kMinBl
       // O += P V.
 #pragma unroll
       for (int kk = 0; kk < C::kBk / 16; ++kk) {
-        const uint32_t a[4] = {bf16x2_rn(sc[2 * kk][0], sc[2 * kk][1]), bf16x2_rn(sc[2 * kk][2], sc[2 * kk][3]),
-                               bf16x2_rn(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                               bf16x2_rn(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+        const uint32_t a[4] = {half2_rn<F16>(sc[2 * kk][0], sc[2 * kk][1]),
+                               half2_rn<F16>(sc[2 * kk][2], sc[2 * kk][3]),
+                               half2_rn<F16>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                               half2_rn<F16>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
 #pragma unroll
         for (int dp = 0; dp < D / 16; ++dp) {
           uint32_t b[4];
           ldmatrix_x4_trans(b, vb + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * C::kStride + dp * 16 +
                                    (lane >> 4) * 8);
-          mma_bf16_16816(o[2 * dp], a, b[0], b[1]);
-          mma_bf16_16816(o[2 * dp + 1], a, b[2], b[3]);
+          mma_16816<F16>(o[2 * dp], a, b[0], b[1]);
+          mma_16816<F16>(o[2 * dp + 1], a, b[2], b[3]);
         }
       }
       __syncthreads();  // the buffer is refilled by the next issue
@@ -607,17 +614,17 @@ void set_smem(Kernel kernel, size_t bytes, std::once_flag& once) {
   });
 }
 
-template <int D, int GP>
+template <int D, int GP, bool F16>
 void launch_decode(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const Geometry& geo,
                    const DecodePlan& plan, float* out, void* workspace, Stream s) {
   const int n_hpass = (geo.group + GP - 1) / GP;
   const dim3 grid(unsigned(plan.n_splits), unsigned(geo.n_head_kv * n_hpass), unsigned(geo.n_tokens));
   const size_t smem = decode_smem_bytes<D, GP>();
   static std::once_flag once;
-  set_smem(decode_kernel<D, GP>, smem, once);
+  set_smem(decode_kernel<D, GP, F16>, smem, once);
   float* part_acc = static_cast<float*>(workspace);
   auto* part_ml = reinterpret_cast<float2*>(part_acc + int64_t(geo.n_tokens) * geo.n_head * plan.n_splits * D);
-  decode_kernel<D, GP><<<grid, 128, smem, s>>>(q, k_cache, v_cache, geo, plan.split_len, plan.n_splits, n_hpass,
+  decode_kernel<D, GP, F16><<<grid, 128, smem, s>>>(q, k_cache, v_cache, geo, plan.split_len, plan.n_splits, n_hpass,
                                                out, part_acc, part_ml);
   AUGUR_LAUNCHED("decode_kernel");
   if (plan.n_splits > 1) {
@@ -629,28 +636,28 @@ void launch_decode(const float* q, const uint16_t* k_cache, const uint16_t* v_ca
   }
 }
 
-template <int D>
+template <int D, bool F16>
 void decode_by_group(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const Geometry& geo,
                      const DecodePlan& plan, float* out, void* workspace, Stream s) {
-  if (geo.group == 1) return launch_decode<D, 1>(q, k_cache, v_cache, geo, plan, out, workspace, s);
-  if (geo.group == 2) return launch_decode<D, 2>(q, k_cache, v_cache, geo, plan, out, workspace, s);
-  if (geo.group <= 4) return launch_decode<D, 4>(q, k_cache, v_cache, geo, plan, out, workspace, s);
-  launch_decode<D, 8>(q, k_cache, v_cache, geo, plan, out, workspace, s);
+  if (geo.group == 1) return launch_decode<D, 1, F16>(q, k_cache, v_cache, geo, plan, out, workspace, s);
+  if (geo.group == 2) return launch_decode<D, 2, F16>(q, k_cache, v_cache, geo, plan, out, workspace, s);
+  if (geo.group <= 4) return launch_decode<D, 4, F16>(q, k_cache, v_cache, geo, plan, out, workspace, s);
+  launch_decode<D, 8, F16>(q, k_cache, v_cache, geo, plan, out, workspace, s);
 }
 
-template <int D>
+template <int D, bool F16>
 void launch_prefill(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const Geometry& geo,
                     float* out, Stream s) {
   using C = PrefillCfg<D>;
   const int tokens_per_block = C::kRows / geo.group;
   const dim3 grid(unsigned(ceil_div(geo.n_tokens, tokens_per_block)), unsigned(geo.n_head_kv));
   static std::once_flag once;
-  set_smem(prefill_kernel<D>, C::kSmem, once);
-  prefill_kernel<D><<<grid, C::kThreads, C::kSmem, s>>>(q, k_cache, v_cache, geo, tokens_per_block, out);
+  set_smem(prefill_kernel<D, F16>, C::kSmem, once);
+  prefill_kernel<D, F16><<<grid, C::kThreads, C::kSmem, s>>>(q, k_cache, v_cache, geo, tokens_per_block, out);
   AUGUR_LAUNCHED("prefill_kernel");
 }
 
-Geometry check_geometry(const float* q, const bf16_bits* k_cache, const bf16_bits* v_cache, int64_t block_size,
+Geometry check_geometry(const float* q, const half_bits* k_cache, const half_bits* v_cache, int64_t block_size,
                         int64_t n_head, int64_t n_head_kv, const AttnMeta& meta, float scale, int32_t window,
                         const float* out) {
   if (n_head_kv <= 0 || n_head % n_head_kv != 0)
@@ -668,15 +675,17 @@ Geometry check_geometry(const float* q, const bf16_bits* k_cache, const bf16_bit
                   int(n_head / n_head_kv), window,  scale * kLog2e};
 }
 
-bool use_decode(const AttnMeta& meta) { return meta.n_tokens <= kDecodeMaxTokens || meta.max_row_tokens == 1; }
+bool use_decode(const AttnMeta& meta) {
+  return meta.n_tokens <= kDecodeMaxTokens || meta.max_row_tokens == 1 || detail::precision().decode_attention;
+}
 
 }  // namespace
 
 namespace detail {
 
-void paged_attention_decode(const float* q, const bf16_bits* k_cache, const bf16_bits* v_cache, int64_t block_size,
+void paged_attention_decode(const float* q, const half_bits* k_cache, const half_bits* v_cache, int64_t block_size,
                             int64_t n_head, int64_t n_head_kv, int64_t head_dim, const AttnMeta& meta, float scale,
-                            int32_t window, float* out, void* workspace, Stream s, int split_len) {
+                            int32_t window, float* out, void* workspace, Stream s, int split_len, Half kv) {
   if (meta.n_tokens <= 0) return;
   const Geometry geo = check_geometry(q, k_cache, v_cache, block_size, n_head, n_head_kv, meta, scale, window, out);
   if (meta.n_tokens > 65535) fail("[cuda] paged_attention: ", meta.n_tokens, " decode tokens exceed 65535");
@@ -684,12 +693,18 @@ void paged_attention_decode(const float* q, const bf16_bits* k_cache, const bf16
   if (split_len > 0) plan = {int(ceil_div(meta.max_context, split_len)), split_len};
   if (plan.n_splits > 1 && workspace == nullptr)
     fail("[cuda] paged_attention: flash-decoding needs attention_workspace_bytes() of workspace");
+  const bool f16 = kv == Half::F16;
   switch (head_dim) {
-    case 16: return decode_by_group<16>(q, k_cache, v_cache, geo, plan, out, workspace, s);
-    case 32: return decode_by_group<32>(q, k_cache, v_cache, geo, plan, out, workspace, s);
-    case 64: return decode_by_group<64>(q, k_cache, v_cache, geo, plan, out, workspace, s);
-    case 128: return decode_by_group<128>(q, k_cache, v_cache, geo, plan, out, workspace, s);
-    case 256: return decode_by_group<256>(q, k_cache, v_cache, geo, plan, out, workspace, s);
+    case 16: return f16 ? decode_by_group<16, true>(q, k_cache, v_cache, geo, plan, out, workspace, s)
+                        : decode_by_group<16, false>(q, k_cache, v_cache, geo, plan, out, workspace, s);
+    case 32: return f16 ? decode_by_group<32, true>(q, k_cache, v_cache, geo, plan, out, workspace, s)
+                        : decode_by_group<32, false>(q, k_cache, v_cache, geo, plan, out, workspace, s);
+    case 64: return f16 ? decode_by_group<64, true>(q, k_cache, v_cache, geo, plan, out, workspace, s)
+                        : decode_by_group<64, false>(q, k_cache, v_cache, geo, plan, out, workspace, s);
+    case 128: return f16 ? decode_by_group<128, true>(q, k_cache, v_cache, geo, plan, out, workspace, s)
+                         : decode_by_group<128, false>(q, k_cache, v_cache, geo, plan, out, workspace, s);
+    case 256: return f16 ? decode_by_group<256, true>(q, k_cache, v_cache, geo, plan, out, workspace, s)
+                         : decode_by_group<256, false>(q, k_cache, v_cache, geo, plan, out, workspace, s);
     default: break;
   }
   fail("[cuda] paged_attention: head_dim ", head_dim, " unsupported (16, 32, 64, 128, 256)");
@@ -704,22 +719,28 @@ size_t attention_workspace_bytes(int64_t n_tokens, int64_t n_head, int64_t head_
   return size_t(n_tokens * n_head * plan.n_splits) * size_t(head_dim + 2) * sizeof(float);
 }
 
-void paged_attention(const float* q, const bf16_bits* k_cache, const bf16_bits* v_cache, int64_t block_size,
+void paged_attention(const float* q, const half_bits* k_cache, const half_bits* v_cache, int64_t block_size,
                      int64_t n_head, int64_t n_head_kv, int64_t head_dim, const AttnMeta& meta, float scale,
-                     int32_t window, float* out, void* workspace, Stream s) {
+                     int32_t window, float* out, void* workspace, Stream s, Half kv) {
   if (meta.n_tokens <= 0) return;
   if (use_decode(meta)) {
     detail::paged_attention_decode(q, k_cache, v_cache, block_size, n_head, n_head_kv, head_dim, meta, scale, window,
-                                   out, workspace, s, 0);
+                                   out, workspace, s, 0, kv);
     return;
   }
   const Geometry geo = check_geometry(q, k_cache, v_cache, block_size, n_head, n_head_kv, meta, scale, window, out);
+  const bool f16 = kv == Half::F16;
   switch (head_dim) {
-    case 16: return launch_prefill<16>(q, k_cache, v_cache, geo, out, s);
-    case 32: return launch_prefill<32>(q, k_cache, v_cache, geo, out, s);
-    case 64: return launch_prefill<64>(q, k_cache, v_cache, geo, out, s);
-    case 128: return launch_prefill<128>(q, k_cache, v_cache, geo, out, s);
-    case 256: return launch_prefill<256>(q, k_cache, v_cache, geo, out, s);
+    case 16: return f16 ? launch_prefill<16, true>(q, k_cache, v_cache, geo, out, s)
+                        : launch_prefill<16, false>(q, k_cache, v_cache, geo, out, s);
+    case 32: return f16 ? launch_prefill<32, true>(q, k_cache, v_cache, geo, out, s)
+                        : launch_prefill<32, false>(q, k_cache, v_cache, geo, out, s);
+    case 64: return f16 ? launch_prefill<64, true>(q, k_cache, v_cache, geo, out, s)
+                        : launch_prefill<64, false>(q, k_cache, v_cache, geo, out, s);
+    case 128: return f16 ? launch_prefill<128, true>(q, k_cache, v_cache, geo, out, s)
+                         : launch_prefill<128, false>(q, k_cache, v_cache, geo, out, s);
+    case 256: return f16 ? launch_prefill<256, true>(q, k_cache, v_cache, geo, out, s)
+                         : launch_prefill<256, false>(q, k_cache, v_cache, geo, out, s);
     default: break;
   }
   fail("[cuda] paged_attention: head_dim ", head_dim, " unsupported (16, 32, 64, 128, 256)");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cublasLt.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -67,8 +68,9 @@ class DeviceBuffer {
 struct LtAlgoKey {
   int64_t M, N, K, ldy;
   int aligns;
+  int f16;  // operands f16 (1) or bf16 (0)
   bool operator<(const LtAlgoKey& o) const {
-    return std::tie(M, N, K, ldy, aligns) < std::tie(o.M, o.N, o.K, o.ldy, o.aligns);
+    return std::tie(M, N, K, ldy, aligns, f16) < std::tie(o.M, o.N, o.K, o.ldy, o.aligns, o.f16);
   }
 };
 
@@ -120,6 +122,44 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return uint32_t(f32_to_bf16_bits(lo)) | (uint32_t(f32_to_bf16_bits(hi)) << 16);
 }
 
+// The two 16-bit floats (kernels.h Half) as template flags: F16 true = IEEE
+// half, false = bf16. Widening is exact either way; narrowing rounds to
+// nearest even, and f16 saturates at +-65504 (NaN stays NaN) rather than
+// overflowing to infinity.
+constexpr float kF16Max = 65504.0f;
+__device__ __forceinline__ float f16_bits_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ uint16_t f32_to_f16_bits(float f) {
+  const float c = fabsf(f) > kF16Max ? copysignf(kF16Max, f) : f;
+  return __half_as_ushort(__float2half_rn(c));
+}
+template <bool F16>
+__device__ __forceinline__ float half_to_f32(uint16_t h) {
+  if constexpr (F16) return f16_bits_to_f32(h);
+  else return bf16_bits_to_f32(h);
+}
+template <bool F16>
+__device__ __forceinline__ uint16_t f32_to_half(float f) {
+  if constexpr (F16) return f32_to_f16_bits(f);
+  else return f32_to_bf16_bits(f);
+}
+// A packed pair (lo in the low half) widened.
+template <bool F16>
+__device__ __forceinline__ float2 half2_to_float2(uint32_t v) {
+  if constexpr (F16) return __half22float2(__halves2half2(__ushort_as_half(uint16_t(v & 0xffffu)), __ushort_as_half(uint16_t(v >> 16))));
+  else return make_float2(bf16_lo(v), bf16_hi(v));
+}
+template <bool F16>
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  return uint32_t(f32_to_half<F16>(lo)) | (uint32_t(f32_to_half<F16>(hi)) << 16);
+}
+// 8 halves of a 16-byte load, widened.
+template <bool F16>
+__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
+  const float2 a = half2_to_float2<F16>(v.x), b = half2_to_float2<F16>(v.y);
+  const float2 c = half2_to_float2<F16>(v.z), d = half2_to_float2<F16>(v.w);
+  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y, f[4] = c.x, f[5] = c.y, f[6] = d.x, f[7] = d.y;
+}
+
 // 16-byte load of data read once (weights, KV): skip L1.
 __device__ __forceinline__ uint4 ld_stream16(const void* p) {
   uint4 r;
@@ -147,6 +187,19 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
       "{%8, %9}, {%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// The same with f16 inputs.
+__device__ __forceinline__ void mma_f16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <bool F16>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (F16) mma_f16_16816(d, a, b0, b1);
+  else mma_bf16_16816(d, a, b0, b1);
 }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

@@ -9,6 +9,15 @@
 
 namespace augur::cuda::detail {
 
+// Precision experiments (tests/cuda): every matmul on f32 products (the skinny
+// or generic kernel, slow), every attention through flash-decoding (f32 Q and
+// P). Off by default; set before the work is queued.
+struct Precision {
+  bool exact_matmul = false;
+  bool decode_attention = false;
+};
+Precision& precision();
+
 // Rows of x the skinny kernel takes (matmul_bf16 sends M <= kSkinnyDispatchM to
 // it, larger M to cuBLASLt, which was faster from M = 3 on the H200).
 constexpr int64_t kSkinnyMaxM = 8;
@@ -16,25 +25,26 @@ constexpr int64_t kSkinnyDispatchM = 2;
 
 // Skinny path (M <= kSkinnyMaxM). splits = 0 picks the split-K factor;
 // otherwise K is cut into about `splits` pieces (benchmark sweeps).
-void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const bf16_bits* w, int64_t N,
-                   float* y, int64_t ldy, Stream s, int splits = 0);
+void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, int64_t N,
+                   float* y, int64_t ldy, Stream s, int splits = 0, Half wt = Half::BF16);
 // The split-K factor skinny_matmul picks (0 if it takes the generic kernel).
 int skinny_splits(int64_t M, int64_t K, int64_t N);
 
 // cuBLASLt on x already in bf16 (xb: [M, K] contiguous). algo < 0: the best
 // heuristic result (cached per shape); otherwise the algo-th heuristic result.
 // Returns false when cuBLASLt has no algorithm (or no algo-th one).
-bool lt_matmul(const bf16_bits* xb, int64_t M, int64_t K, const bf16_bits* w, int64_t N, float* y,
-               int64_t ldy, Stream s, int algo = -1);
+bool lt_matmul(const half_bits* xb, int64_t M, int64_t K, const half_bits* w, int64_t N, float* y,
+               int64_t ldy, Stream s, int algo = -1, Half t = Half::BF16);
 // Fallback for shapes cuBLASLt refuses: one warp per output column.
-void generic_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const bf16_bits* w, int64_t N,
-                    float* y, int64_t ldy, Stream s);
+void generic_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, int64_t N,
+                    float* y, int64_t ldy, Stream s, Half wt = Half::BF16);
 
 // Flash-decoding whatever n_tokens is. split_len 0: the planned split length
 // (as paged_attention); otherwise `split_len` keys per split, and `workspace`
 // must hold n_tokens * n_head * ceil(max_context / split_len) * (head_dim + 2) floats.
-void paged_attention_decode(const float* q, const bf16_bits* k_cache, const bf16_bits* v_cache, int64_t block_size,
+void paged_attention_decode(const float* q, const half_bits* k_cache, const half_bits* v_cache, int64_t block_size,
                             int64_t n_head, int64_t n_head_kv, int64_t head_dim, const AttnMeta& meta, float scale,
-                            int32_t window, float* out, void* workspace, Stream s, int split_len);
+                            int32_t window, float* out, void* workspace, Stream s, int split_len,
+                            Half kv = Half::BF16);
 
 }  // namespace augur::cuda::detail

@@ -1,6 +1,9 @@
 // Row-wise and element-wise kernels: embedding, rms_norm, add, swiglu, rope,
-// store_kv. Each reproduces its CPU op in backend/cpu/ops_cpu.cpp.
+// store_kv, and the decoder's fused forms of them (add_rms_norm,
+// swiglu_packed, qkv_rope_store). Each reproduces its CPU op in
+// backend/cpu/ops_cpu.cpp.
 #include <algorithm>
+#include <cstring>
 
 #include "backend/cuda/common.cuh"
 
@@ -15,7 +18,8 @@ unsigned blocks_for(int64_t n, int64_t per_block) {
   return unsigned(std::max<int64_t>(b, 1));
 }
 
-// table: [n_vocab, d_model] bf16; ids: [n_tokens]; out: [n_tokens, d_model] f32
+// table: [n_vocab, d_model] bf16 or f16; ids: [n_tokens]; out: [n_tokens, d_model] f32
+template <bool F16>
 __global__ void embedding_kernel(const uint16_t* __restrict__ table, int64_t d_model,
                                  const int32_t* __restrict__ ids, float* __restrict__ out) {
   const int64_t t = blockIdx.x;
@@ -24,12 +28,13 @@ __global__ void embedding_kernel(const uint16_t* __restrict__ table, int64_t d_m
   if (d_model % 8 == 0 && aligned16(table) && aligned16(out)) {
     for (int64_t i = threadIdx.x * 8; i < d_model; i += blockDim.x * 8) {
       const uint4 v = *reinterpret_cast<const uint4*>(src + i);
-      *reinterpret_cast<float4*>(dst + i) = make_float4(bf16_lo(v.x), bf16_hi(v.x), bf16_lo(v.y), bf16_hi(v.y));
-      *reinterpret_cast<float4*>(dst + i + 4) =
-          make_float4(bf16_lo(v.z), bf16_hi(v.z), bf16_lo(v.w), bf16_hi(v.w));
+      float f[8];
+      unpack8<F16>(v, f);
+      *reinterpret_cast<float4*>(dst + i) = make_float4(f[0], f[1], f[2], f[3]);
+      *reinterpret_cast<float4*>(dst + i + 4) = make_float4(f[4], f[5], f[6], f[7]);
     }
   } else {
-    for (int64_t i = threadIdx.x; i < d_model; i += blockDim.x) dst[i] = bf16_bits_to_f32(src[i]);
+    for (int64_t i = threadIdx.x; i < d_model; i += blockDim.x) dst[i] = half_to_f32<F16>(src[i]);
   }
 }
 
@@ -127,8 +132,9 @@ __global__ void rope_kernel(float* __restrict__ x, int64_t n_head, int64_t head_
   }
 }
 
-// k, v: [n_tokens, kv_dim] f32 -> caches [n_slots, kv_dim] bf16 at slot_mapping
+// k, v: [n_tokens, kv_dim] f32 -> caches [n_slots, kv_dim] bf16 or f16 at slot_mapping
 // (a negative slot skips the token: padding of a captured batch).
+template <bool F16>
 __global__ void store_kv_kernel(const float* __restrict__ k, const float* __restrict__ v, int64_t kv_dim,
                                 const int32_t* __restrict__ slot_mapping, uint16_t* __restrict__ k_cache,
                                 uint16_t* __restrict__ v_cache, bool vec) {
@@ -143,28 +149,199 @@ __global__ void store_kv_kernel(const float* __restrict__ k, const float* __rest
     for (int64_t i = threadIdx.x * 4; i < kv_dim; i += blockDim.x * 4) {
       const float4 a = *reinterpret_cast<const float4*>(ks + i);
       const float4 b = *reinterpret_cast<const float4*>(vs + i);
-      *reinterpret_cast<uint2*>(kd + i) =
-          make_uint2(uint32_t(f32_to_bf16_bits(a.x)) | (uint32_t(f32_to_bf16_bits(a.y)) << 16),
-                     uint32_t(f32_to_bf16_bits(a.z)) | (uint32_t(f32_to_bf16_bits(a.w)) << 16));
-      *reinterpret_cast<uint2*>(vd + i) =
-          make_uint2(uint32_t(f32_to_bf16_bits(b.x)) | (uint32_t(f32_to_bf16_bits(b.y)) << 16),
-                     uint32_t(f32_to_bf16_bits(b.z)) | (uint32_t(f32_to_bf16_bits(b.w)) << 16));
+      *reinterpret_cast<uint2*>(kd + i) = make_uint2(pack_half2<F16>(a.x, a.y), pack_half2<F16>(a.z, a.w));
+      *reinterpret_cast<uint2*>(vd + i) = make_uint2(pack_half2<F16>(b.x, b.y), pack_half2<F16>(b.z, b.w));
     }
   } else {
     for (int64_t i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-      kd[i] = f32_to_bf16_bits(ks[i]);
-      vd[i] = f32_to_bf16_bits(vs[i]);
+      kd[i] = f32_to_half<F16>(ks[i]);
+      vd[i] = f32_to_half<F16>(vs[i]);
     }
   }
 }
 
+// x += o, then h = rms_norm(x) * w. One block per row; x, o, h: [M, D]; w: [D]
+__global__ void add_rms_norm_kernel(float* __restrict__ x, const float* __restrict__ o, const float* __restrict__ w,
+                                    float eps, int64_t D, float* __restrict__ h, bool vec) {
+  __shared__ float red[32];
+  float* xr = x + int64_t(blockIdx.x) * D;
+  const float* orow = o + int64_t(blockIdx.x) * D;
+  float* hr = h + int64_t(blockIdx.x) * D;
+  float ss = 0.f;
+  if (vec) {
+    for (int64_t i = threadIdx.x * 4; i < D; i += blockDim.x * 4) {
+      float4 v = *reinterpret_cast<const float4*>(xr + i);
+      const float4 b = *reinterpret_cast<const float4*>(orow + i);
+      v.x += b.x, v.y += b.y, v.z += b.z, v.w += b.w;
+      *reinterpret_cast<float4*>(xr + i) = v;
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+      const float v = xr[i] + orow[i];
+      xr[i] = v;
+      ss += v * v;
+    }
+  }
+  ss = block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / float(D) + eps);
+  // Each thread reads back only what it wrote above.
+  if (vec) {
+    for (int64_t i = threadIdx.x * 4; i < D; i += blockDim.x * 4) {
+      const float4 v = *reinterpret_cast<const float4*>(xr + i);
+      const float4 g = *reinterpret_cast<const float4*>(w + i);
+      *reinterpret_cast<float4*>(hr + i) =
+          make_float4(g.x * (v.x * inv), g.y * (v.y * inv), g.z * (v.z * inv), g.w * (v.w * inv));
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) hr[i] = w[i] * (xr[i] * inv);
+  }
+}
+
+// out[m, i] = silu(gu[m, i]) * gu[m, D + i]. gu: [M, 2D]; out: [M, D]; n = M * D
+__global__ void swiglu_packed_kernel(const float* __restrict__ gu, int64_t D, int64_t n, float* __restrict__ out,
+                                     bool vec) {
+  const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
+  if (vec && i + 4 <= n) {
+    const int64_t m = i / D, c = i % D;  // D % 4 == 0: the 4 stay in one row
+    const float* g = gu + m * 2 * D + c;
+    const float4 a = *reinterpret_cast<const float4*>(g);
+    const float4 b = *reinterpret_cast<const float4*>(g + D);
+    *reinterpret_cast<float4*>(out + i) =
+        make_float4(silu_mul(a.x, b.x), silu_mul(a.y, b.y), silu_mul(a.z, b.z), silu_mul(a.w, b.w));
+  } else {
+    for (int64_t j = i; j < i + 4 && j < n; ++j) {
+      const int64_t m = j / D, c = j % D;
+      out[j] = silu_mul(gu[m * 2 * D + c], gu[m * 2 * D + D + c]);
+    }
+  }
+}
+
+// One block per token, one warp per head at a time: q and k heads are
+// normed (optional), rotated and written; v heads are stored. The head goes
+// through the warp's smem row so that rotate_half can read its partner.
+// qkv: [n_tokens, (n_head + 2 n_head_kv) * D]; dynamic smem: 2 * half + warps * D floats.
+template <bool F16>
+__global__ void qkv_rope_store_kernel(const float* __restrict__ qkv, int n_head, int n_head_kv, int D,
+                                      const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
+                                      const int32_t* __restrict__ positions, const int32_t* __restrict__ slot_mapping,
+                                      const float* __restrict__ inv_freq, int half, float* __restrict__ q_out,
+                                      uint16_t* __restrict__ k_cache, uint16_t* __restrict__ v_cache) {
+  extern __shared__ float smem[];
+  float* cs = smem;  // [cos(half), sin(half)]
+  const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  const float pos = float(positions[t]);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float angle = pos * inv_freq[i];
+    cs[i] = cosf(angle);
+    cs[half + i] = sinf(angle);
+  }
+  __syncthreads();
+  float* buf = smem + 2 * half + warp * D;
+  const int64_t slot = slot_mapping[t];
+  const int n_total = n_head + 2 * n_head_kv;
+  const int64_t kv_dim = int64_t(n_head_kv) * D;
+  const float* row = qkv + int64_t(t) * n_total * D;
+  for (int hh = warp; hh < n_total; hh += n_warps) {
+    const float* src = row + int64_t(hh) * D;
+    if (hh >= n_head + n_head_kv) {  // v head
+      if (slot >= 0) {
+        uint16_t* dst = v_cache + slot * kv_dim + int64_t(hh - n_head - n_head_kv) * D;
+        for (int d = lane; d < D; d += 32) dst[d] = f32_to_half<F16>(src[d]);
+      }
+      continue;
+    }
+    const bool is_q = hh < n_head;
+    const float* gain = is_q ? q_norm : k_norm;
+    float ss = 0.f;
+    for (int d = lane; d < D; d += 32) {
+      const float v = src[d];
+      buf[d] = v;
+      ss += v * v;
+    }
+    if (gain != nullptr) {  // as rms_norm_kernel
+      ss = warp_sum(ss);
+      const float inv = 1.0f / sqrtf(ss / float(D) + eps);
+      for (int d = lane; d < D; d += 32) buf[d] = gain[d] * (buf[d] * inv);
+    }
+    __syncwarp();
+    for (int d = lane; d < D; d += 32) {
+      const float xv = buf[d];
+      float r = xv;
+      if (d < half) {  // as rope_kernel, unfused
+        r = __fsub_rn(__fmul_rn(xv, cs[d]), __fmul_rn(buf[d + half], cs[half + d]));
+      } else if (d < 2 * half) {
+        const int i = d - half;
+        r = __fadd_rn(__fmul_rn(xv, cs[i]), __fmul_rn(buf[i], cs[half + i]));
+      }
+      if (is_q)
+        q_out[(int64_t(t) * n_head + hh) * D + d] = r;
+      else if (slot >= 0)
+        k_cache[slot * kv_dim + int64_t(hh - n_head) * D + d] = f32_to_half<F16>(r);
+    }
+    __syncwarp();  // buf is refilled by the next head
+  }
+}
+
+// dst[i] = src[i] from one 16-bit float to the other (f16 saturates).
+template <bool FromF16, bool ToF16>
+__global__ void convert_half_kernel(const uint16_t* __restrict__ src, uint16_t* __restrict__ dst, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = f32_to_half<ToF16>(half_to_f32<FromF16>(src[i]));
+}
+
+// *out = max |src[i]| (NaN ignored) as the bits of a non-negative float, by atomicMax.
+template <bool F16>
+__global__ void max_abs_half_kernel(const uint16_t* __restrict__ src, int64_t n, unsigned* __restrict__ out) {
+  float m = 0.f;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = fabsf(half_to_f32<F16>(src[i]));
+    if (v > m) m = v;  // NaN compares false
+  }
+  m = warp_max(m);
+  if ((threadIdx.x & 31) == 0) atomicMax(out, __float_as_uint(m));
+}
+
 }  // namespace
 
-void embedding(const bf16_bits* table, int64_t d_model, const int32_t* ids, int64_t n_tokens, float* out,
-               Stream s) {
+void embedding(const half_bits* table, int64_t d_model, const int32_t* ids, int64_t n_tokens, float* out,
+               Stream s, Half t) {
   if (n_tokens <= 0) return;
-  embedding_kernel<<<blocks_for(n_tokens, 1), kThreads, 0, s>>>(table, d_model, ids, out);
+  if (t == Half::F16)
+    embedding_kernel<true><<<blocks_for(n_tokens, 1), kThreads, 0, s>>>(table, d_model, ids, out);
+  else
+    embedding_kernel<false><<<blocks_for(n_tokens, 1), kThreads, 0, s>>>(table, d_model, ids, out);
   AUGUR_LAUNCHED("embedding_kernel");
+}
+
+void convert_half(const half_bits* src, Half from, half_bits* dst, Half to, int64_t n, Stream s) {
+  if (n <= 0) return;
+  const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(n, kThreads), 65536));
+  const bool a = from == Half::F16, b = to == Half::F16;
+  if (a && b) convert_half_kernel<true, true><<<blocks, kThreads, 0, s>>>(src, dst, n);
+  else if (a) convert_half_kernel<true, false><<<blocks, kThreads, 0, s>>>(src, dst, n);
+  else if (b) convert_half_kernel<false, true><<<blocks, kThreads, 0, s>>>(src, dst, n);
+  else convert_half_kernel<false, false><<<blocks, kThreads, 0, s>>>(src, dst, n);
+  AUGUR_LAUNCHED("convert_half_kernel");
+}
+
+float max_abs_half(const half_bits* src, Half t, int64_t n, Stream s) {
+  if (n <= 0) return 0.f;
+  DeviceBuffer result(sizeof(unsigned));
+  AUGUR_CUDA(cudaMemsetAsync(result.get(), 0, sizeof(unsigned), s));
+  const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(n, kThreads), 4096));
+  auto* out = static_cast<unsigned*>(result.get());
+  if (t == Half::F16)
+    max_abs_half_kernel<true><<<blocks, kThreads, 0, s>>>(src, n, out);
+  else
+    max_abs_half_kernel<false><<<blocks, kThreads, 0, s>>>(src, n, out);
+  AUGUR_LAUNCHED("max_abs_half_kernel");
+  unsigned bits = 0;
+  AUGUR_CUDA(cudaMemcpyAsync(&bits, out, sizeof(bits), cudaMemcpyDeviceToHost, s));
+  AUGUR_CUDA(cudaStreamSynchronize(s));
+  float m;
+  std::memcpy(&m, &bits, sizeof(m));
+  return m;
 }
 
 void rms_norm(const float* x, const float* w, float eps, int64_t M, int64_t D, float* y, Stream s) {
@@ -198,14 +375,46 @@ void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, const in
   AUGUR_LAUNCHED("rope_kernel");
 }
 
-void store_kv(const float* k, const float* v, int64_t kv_dim, const AttnMeta& meta, bf16_bits* k_cache,
-              bf16_bits* v_cache, Stream s) {
+void store_kv(const float* k, const float* v, int64_t kv_dim, const AttnMeta& meta, half_bits* k_cache,
+              half_bits* v_cache, Stream s, Half kv) {
   if (meta.n_tokens <= 0) return;
   const bool vec = kv_dim % 4 == 0 && aligned16(k) && aligned16(v) && (reinterpret_cast<uintptr_t>(k_cache) & 7) == 0 &&
                    (reinterpret_cast<uintptr_t>(v_cache) & 7) == 0;
-  store_kv_kernel<<<blocks_for(meta.n_tokens, 1), 128, 0, s>>>(k, v, kv_dim, meta.slot_mapping, k_cache, v_cache,
-                                                               vec);
+  auto kernel = kv == Half::F16 ? store_kv_kernel<true> : store_kv_kernel<false>;
+  kernel<<<blocks_for(meta.n_tokens, 1), 128, 0, s>>>(k, v, kv_dim, meta.slot_mapping, k_cache, v_cache, vec);
   AUGUR_LAUNCHED("store_kv_kernel");
+}
+
+void add_rms_norm(float* x, const float* o, const float* w, float eps, int64_t M, int64_t D, float* h, Stream s) {
+  if (M <= 0) return;
+  const bool vec = D % 4 == 0 && aligned16(x) && aligned16(o) && aligned16(w) && aligned16(h);
+  const int threads = D >= 4096 ? 1024 : D >= 1024 ? 512 : kThreads;
+  add_rms_norm_kernel<<<blocks_for(M, 1), threads, 0, s>>>(x, o, w, eps, D, h, vec);
+  AUGUR_LAUNCHED("add_rms_norm_kernel");
+}
+
+void swiglu_packed(const float* gate_up, int64_t M, int64_t D, float* out, Stream s) {
+  const int64_t n = M * D;
+  if (n <= 0) return;
+  const bool vec = D % 4 == 0 && aligned16(gate_up) && aligned16(out);
+  swiglu_packed_kernel<<<blocks_for(n, kThreads * 4), kThreads, 0, s>>>(gate_up, D, n, out, vec);
+  AUGUR_LAUNCHED("swiglu_packed_kernel");
+}
+
+void qkv_rope_store(const float* qkv, int64_t n_head, int64_t n_head_kv, int64_t head_dim, const float* q_norm,
+                    const float* k_norm, float eps, const float* inv_freq, int64_t half, const AttnMeta& meta,
+                    float* q_out, half_bits* k_cache, half_bits* v_cache, Stream s, Half kv) {
+  if (meta.n_tokens <= 0) return;
+  if (2 * half > head_dim) fail("[cuda] qkv_rope_store: 2 * half = ", 2 * half, " exceeds head_dim ", head_dim);
+  if (head_dim > 1024 || n_head + 2 * n_head_kv > 65536)
+    fail("[cuda] qkv_rope_store: head_dim ", head_dim, " or ", n_head, " + 2 x ", n_head_kv, " heads too large");
+  constexpr int kWarps = 8;
+  const size_t smem = size_t(2 * half + kWarps * head_dim) * sizeof(float);
+  auto kernel = kv == Half::F16 ? qkv_rope_store_kernel<true> : qkv_rope_store_kernel<false>;
+  kernel<<<blocks_for(meta.n_tokens, 1), kWarps * 32, smem, s>>>(
+      qkv, int(n_head), int(n_head_kv), int(head_dim), q_norm, k_norm, eps, meta.positions, meta.slot_mapping,
+      inv_freq, int(half), q_out, k_cache, v_cache);
+  AUGUR_LAUNCHED("qkv_rope_store_kernel");
 }
 
 }  // namespace augur::cuda

@@ -1,10 +1,11 @@
-// Tensor-core matmul for M > 16 through cuBLASLt, and matmul_bf16's dispatch.
+// Tensor-core matmul for M > 2 through cuBLASLt, and matmul_half's dispatch.
 //
 // y = x·wᵀ with x [M, K] and y [M, N] row-major, w [N, K] row-major. cuBLASLt
 // is column-major: a row-major [R, C] matrix is a column-major [C, R] one, so
 // yᵀ (column-major N x M, ld ldy) = op(A) · B with A = w seen as column-major
 // K x N (ld K) under CUBLAS_OP_T, and B = xb seen as column-major K x M (ld K).
-// bf16 x bf16 -> f32 output, f32 accumulation (CUBLAS_COMPUTE_32F).
+// bf16 x bf16 or f16 x f16 (x rounded to the weights' type) -> f32 output,
+// f32 accumulation (CUBLAS_COMPUTE_32F).
 #include <cuda_bf16.h>
 
 #include "backend/cuda/common.cuh"
@@ -13,8 +14,9 @@
 namespace augur::cuda {
 namespace {
 
-// x [M, K] (row stride ldx) -> xb [M, K] contiguous bf16, rounded to nearest even.
-__global__ void to_bf16_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t ldx,
+// x [M, K] (row stride ldx) -> xb [M, K] contiguous bf16 or f16, rounded to nearest even.
+template <bool F16>
+__global__ void to_half_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t ldx,
                                uint16_t* __restrict__ xb) {
   const int64_t m = blockIdx.y;
   const float* xr = x + m * ldx;
@@ -24,11 +26,11 @@ __global__ void to_bf16_kernel(const float* __restrict__ x, int64_t M, int64_t K
       (reinterpret_cast<uintptr_t>(xr + i) & 15) == 0) {
     const float4 v = *reinterpret_cast<const float4*>(xr + i);
     uint2 o;
-    o.x = uint32_t(f32_to_bf16_bits(v.x)) | (uint32_t(f32_to_bf16_bits(v.y)) << 16);
-    o.y = uint32_t(f32_to_bf16_bits(v.z)) | (uint32_t(f32_to_bf16_bits(v.w)) << 16);
+    o.x = pack_half2<F16>(v.x, v.y);
+    o.y = pack_half2<F16>(v.z, v.w);
     *reinterpret_cast<uint2*>(yr + i) = o;
   } else {
-    for (int64_t j = i; j < i + 4 && j < K; ++j) yr[j] = f32_to_bf16_bits(xr[j]);
+    for (int64_t j = i; j < i + 4 && j < K; ++j) yr[j] = f32_to_half<F16>(xr[j]);
   }
 }
 
@@ -58,13 +60,13 @@ struct LtProblem {
 };
 
 void make_problem(LtProblem& p, int64_t M, int64_t K, int64_t N, int64_t ldy, int align_a, int align_b,
-                  int align_c) {
+                  int align_c, cudaDataType_t in_type) {
   AUGUR_CUBLAS(cublasLtMatmulDescCreate(&p.op.h, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   AUGUR_CUBLAS(cublasLtMatmulDescSetAttribute(p.op.h, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   AUGUR_CUBLAS(cublasLtMatmulDescSetAttribute(p.op.h, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  AUGUR_CUBLAS(cublasLtMatrixLayoutCreate(&p.a.h, CUDA_R_16BF, uint64_t(K), uint64_t(N), K));
-  AUGUR_CUBLAS(cublasLtMatrixLayoutCreate(&p.b.h, CUDA_R_16BF, uint64_t(K), uint64_t(M), K));
+  AUGUR_CUBLAS(cublasLtMatrixLayoutCreate(&p.a.h, in_type, uint64_t(K), uint64_t(N), K));
+  AUGUR_CUBLAS(cublasLtMatrixLayoutCreate(&p.b.h, in_type, uint64_t(K), uint64_t(M), K));
   AUGUR_CUBLAS(cublasLtMatrixLayoutCreate(&p.c.h, CUDA_R_32F, uint64_t(N), uint64_t(M), ldy));
   AUGUR_CUBLAS(cublasLtMatmulPreferenceCreate(&p.pref.h));
   const uint64_t ws = Context::kLtWorkspaceBytes;
@@ -85,14 +87,20 @@ void make_problem(LtProblem& p, int64_t M, int64_t K, int64_t N, int64_t ldy, in
 
 namespace detail {
 
-bool lt_matmul(const bf16_bits* xb, int64_t M, int64_t K, const bf16_bits* w, int64_t N, float* y,
-               int64_t ldy, Stream s, int algo) {
+Precision& precision() {
+  static Precision p;
+  return p;
+}
+
+bool lt_matmul(const half_bits* xb, int64_t M, int64_t K, const half_bits* w, int64_t N, float* y,
+               int64_t ldy, Stream s, int algo, Half t) {
   Context& c = context();
   const int align_a = alignment_of(w, K * 2), align_b = alignment_of(xb, K * 2);
   const int align_c = alignment_of(y, ldy * 4);
   LtProblem p;
-  make_problem(p, M, K, N, ldy, align_a, align_b, align_c);
-  const LtAlgoKey key{M, N, K, ldy, align_a * 1024 * 1024 + align_b * 1024 + align_c};
+  const bool f16 = t == Half::F16;
+  make_problem(p, M, K, N, ldy, align_a, align_b, align_c, f16 ? CUDA_R_16F : CUDA_R_16BF);
+  const LtAlgoKey key{M, N, K, ldy, align_a * 1024 * 1024 + align_b * 1024 + align_c, f16 ? 1 : 0};
   cublasLtMatmulAlgo_t chosen;
   bool found = false;
   if (algo < 0) {
@@ -126,12 +134,19 @@ bool lt_matmul(const bf16_bits* xb, int64_t M, int64_t K, const bf16_bits* w, in
 
 }  // namespace detail
 
-void to_bf16(const float* x, int64_t M, int64_t K, int64_t ldx, bf16_bits* xb, Stream s) {
+void to_half(const float* x, int64_t M, int64_t K, int64_t ldx, Half t, half_bits* xh, Stream s) {
   if (M <= 0 || K <= 0) return;
-  if (M > 65535) fail("[cuda] to_bf16: M = ", M, " exceeds 65535 rows");
+  if (M > 65535) fail("[cuda] to_half: M = ", M, " exceeds 65535 rows");
   const dim3 grid(unsigned(ceil_div(ceil_div(K, 4), 256)), unsigned(M));
-  to_bf16_kernel<<<grid, 256, 0, s>>>(x, M, K, ldx, xb);
-  AUGUR_LAUNCHED("to_bf16_kernel");
+  if (t == Half::F16)
+    to_half_kernel<true><<<grid, 256, 0, s>>>(x, M, K, ldx, xh);
+  else
+    to_half_kernel<false><<<grid, 256, 0, s>>>(x, M, K, ldx, xh);
+  AUGUR_LAUNCHED("to_half_kernel");
+}
+
+void to_bf16(const float* x, int64_t M, int64_t K, int64_t ldx, bf16_bits* xb, Stream s) {
+  to_half(x, M, K, ldx, Half::BF16, xb, s);
 }
 
 void matmul_bf16_xb(const bf16_bits* xb, int64_t M, int64_t K, const bf16_bits* w, int64_t N, float* y,
@@ -144,20 +159,29 @@ void matmul_bf16_xb(const bf16_bits* xb, int64_t M, int64_t K, const bf16_bits* 
 
 void matmul_bf16(const float* x, int64_t M, int64_t K, int64_t ldx, const bf16_bits* w, int64_t N, float* y,
                  int64_t ldy, Stream s) {
+  matmul_half(x, M, K, ldx, w, Half::BF16, N, y, ldy, s);
+}
+
+void matmul_half(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, Half wt, int64_t N,
+                 float* y, int64_t ldy, Stream s) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0 || ldx < K || ldy < N)
     fail("[cuda] matmul: bad shape M=", M, " K=", K, " N=", N, " ldx=", ldx, " ldy=", ldy);
-  if (M <= detail::kSkinnyDispatchM) {
-    detail::skinny_matmul(x, M, K, ldx, w, N, y, ldy, s);
+  if (M <= detail::kSkinnyDispatchM || (detail::precision().exact_matmul && M <= detail::kSkinnyMaxM)) {
+    detail::skinny_matmul(x, M, K, ldx, w, N, y, ldy, s, 0, wt);
+    return;
+  }
+  if (detail::precision().exact_matmul) {
+    detail::generic_matmul(x, M, K, ldx, w, N, y, ldy, s, wt);
     return;
   }
   Context& c = context();
   if (M <= 65535) {
-    auto* xb = static_cast<bf16_bits*>(c.bf16_scratch(size_t(M * K) * 2, s));
-    to_bf16(x, M, K, ldx, xb, s);
-    if (detail::lt_matmul(xb, M, K, w, N, y, ldy, s)) return;
+    auto* xh = static_cast<half_bits*>(c.bf16_scratch(size_t(M * K) * 2, s));
+    to_half(x, M, K, ldx, wt, xh, s);
+    if (detail::lt_matmul(xh, M, K, w, N, y, ldy, s, -1, wt)) return;
   }
-  detail::generic_matmul(x, M, K, ldx, w, N, y, ldy, s);
+  detail::generic_matmul(x, M, K, ldx, w, N, y, ldy, s, wt);
 }
 
 }  // namespace augur::cuda

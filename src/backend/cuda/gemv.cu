@@ -28,9 +28,9 @@ constexpr int kChunk = 256;           // K granularity of a split (partial passe
 // Grid: S * ceil(n_tiles / kWarps) blocks of kWarps warps; block b takes K
 // split b % S and row tiles (b / S) * kWarps + warp, so a block's warps read
 // the same x (L1 hits). A tile is R consecutive rows; MR >= M rows of x.
-// x: [M, K] f32 (row stride ldx, 16-byte aligned rows); w: [N, K] bf16 (K % 8 == 0);
+// x: [M, K] f32 (row stride ldx, 16-byte aligned rows); w: [N, K] bf16 or f16 (F16; K % 8 == 0);
 // y: [M, N] f32 (row stride ldy); partials: [S, n_tiles, R * MR]; counters: [n_tiles]
-template <int MR, int R>
+template <int MR, int R, bool F16>
 __global__ void __launch_bounds__(kWarps * 32)
     rows_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
                 float* __restrict__ y, int64_t ldy, int S, int kper, float* __restrict__ partials,
@@ -66,12 +66,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (kk + lane * 8 >= k_end) continue;
       float wf[R][8];
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        wf[r][0] = bf16_lo(wv[u][r].x), wf[r][1] = bf16_hi(wv[u][r].x);
-        wf[r][2] = bf16_lo(wv[u][r].y), wf[r][3] = bf16_hi(wv[u][r].y);
-        wf[r][4] = bf16_lo(wv[u][r].z), wf[r][5] = bf16_hi(wv[u][r].z);
-        wf[r][6] = bf16_lo(wv[u][r].w), wf[r][7] = bf16_hi(wv[u][r].w);
-      }
+      for (int r = 0; r < R; ++r) unpack8<F16>(wv[u][r], wf[r]);
 #pragma unroll
       for (int m = 0; m < MR; ++m) {
         if (m >= M) break;
@@ -121,6 +116,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // Any shape: one warp per (column n, group of 16 rows of x). Odd K, unaligned
 // x or w, and shapes cuBLASLt refuses.
+template <bool F16>
 __global__ void generic_matmul_kernel(const float* __restrict__ x, int64_t M, int64_t K, int64_t ldx,
                                       const uint16_t* __restrict__ w, int64_t N, float* __restrict__ y,
                                       int64_t ldy) {
@@ -133,7 +129,7 @@ __global__ void generic_matmul_kernel(const float* __restrict__ x, int64_t M, in
 #pragma unroll
   for (int i = 0; i < 16; ++i) acc[i] = 0.f;
   for (int64_t k = lane; k < K; k += 32) {
-    const float wv = bf16_bits_to_f32(wr[k]);
+    const float wv = half_to_f32<F16>(wr[k]);
 #pragma unroll
     for (int i = 0; i < 16; ++i)
       if (m0 + i < M) acc[i] += x[(m0 + i) * ldx + k] * wv;
@@ -185,33 +181,37 @@ int skinny_splits(int64_t M, int64_t K, int64_t N) {
   return plan_skinny(K, N, kRows, kRows * 8, context().sm_count, 0).S;
 }
 
-void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const bf16_bits* w, int64_t N,
-                   float* y, int64_t ldy, Stream s, int splits) {
+void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, int64_t N,
+                   float* y, int64_t ldy, Stream s, int splits, Half wt) {
   Context& c = context();
   const bool fast = M >= 1 && M <= kSkinnyMaxM && K % 8 == 0 && ldx % 4 == 0 && aligned16(x) &&
                     aligned16(w) && K < (int64_t(1) << 31) && N < (int64_t(1) << 31);
   if (!fast) {
-    generic_matmul(x, M, K, ldx, w, N, y, ldy, s);
+    generic_matmul(x, M, K, ldx, w, N, y, ldy, s, wt);
     return;
   }
   const SkinnyPlan p = plan_skinny(K, N, kRows, kRows * 8, c.sm_count, splits);
   const unsigned blocks = unsigned(p.S * ceil_div(ceil_div(N, kRows), kWarps));
   float* partials = static_cast<float*>(c.splitk_partials.get());
   int* counters = static_cast<int*>(c.splitk_counters.get());
-  auto kernel = M <= 1   ? rows_kernel<1, kRows>
-                : M <= 2 ? rows_kernel<2, kRows>
-                : M <= 4 ? rows_kernel<4, kRows>
-                         : rows_kernel<8, kRows>;
+  const bool f16 = wt == Half::F16;
+  auto kernel = M <= 1   ? (f16 ? rows_kernel<1, kRows, true> : rows_kernel<1, kRows, false>)
+                : M <= 2 ? (f16 ? rows_kernel<2, kRows, true> : rows_kernel<2, kRows, false>)
+                : M <= 4 ? (f16 ? rows_kernel<4, kRows, true> : rows_kernel<4, kRows, false>)
+                         : (f16 ? rows_kernel<8, kRows, true> : rows_kernel<8, kRows, false>);
   kernel<<<blocks, kWarps * 32, 0, s>>>(x, int(M), int(K), ldx, w, int(N), y, ldy, p.S, p.kper, partials, counters);
   AUGUR_LAUNCHED("rows_kernel");
 }
 
-void generic_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const bf16_bits* w, int64_t N,
-                    float* y, int64_t ldy, Stream s) {
+void generic_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, int64_t N,
+                    float* y, int64_t ldy, Stream s, Half wt) {
   constexpr int kWarpsPerBlock = 8;
   const dim3 grid(unsigned(ceil_div(N, kWarpsPerBlock)), unsigned(ceil_div(M, 16)));
   if (grid.y > 65535) fail("[cuda] matmul: M = ", M, " too large for the generic kernel");
-  generic_matmul_kernel<<<grid, kWarpsPerBlock * 32, 0, s>>>(x, M, K, ldx, w, N, y, ldy);
+  if (wt == Half::F16)
+    generic_matmul_kernel<true><<<grid, kWarpsPerBlock * 32, 0, s>>>(x, M, K, ldx, w, N, y, ldy);
+  else
+    generic_matmul_kernel<false><<<grid, kWarpsPerBlock * 32, 0, s>>>(x, M, K, ldx, w, N, y, ldy);
   AUGUR_LAUNCHED("generic_matmul_kernel");
 }
 

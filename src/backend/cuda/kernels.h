@@ -18,6 +18,13 @@ namespace augur::cuda {
 
 using Stream = CUstream_st*;
 using bf16_bits = uint16_t;
+using half_bits = uint16_t;  // bf16 or f16 bits, as a Half says
+
+// The 16-bit float of weights, K/V caches and tensor-core operands. F16 has
+// 3 more mantissa bits than BF16 (rounding error 8x smaller) at the same
+// tensor-core rate, but a range of +-65504: the engine stores a weight as F16
+// when its values fit, and conversions to F16 saturate.
+enum class Half : uint8_t { BF16, F16 };
 
 // The process's CUDA state: device, the stream every op runs on, cuBLASLt
 // handle and workspace. Created on first use; throws if no GPU is present.
@@ -33,22 +40,40 @@ void synchronize();         // waits for the stream; throws on a pending error
 // cores (cuBLASLt on a bf16 copy of x, f32 output).
 void matmul_bf16(const float* x, int64_t M, int64_t K, int64_t ldx, const bf16_bits* w, int64_t N,
                  float* y, int64_t ldy, Stream s);
+// The same for weights of either Half; on the tensor-core path x is rounded
+// to the weights' type.
+void matmul_half(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, Half wt, int64_t N,
+                 float* y, int64_t ldy, Stream s);
 
 // The tensor-core path in two halves, so that projections sharing an input
 // (q/k/v, gate/up) convert it to bf16 once. xb: [M, K] bf16 contiguous.
 void to_bf16(const float* x, int64_t M, int64_t K, int64_t ldx, bf16_bits* xb, Stream s);
+void to_half(const float* x, int64_t M, int64_t K, int64_t ldx, Half t, half_bits* xh, Stream s);
 void matmul_bf16_xb(const bf16_bits* xb, int64_t M, int64_t K, const bf16_bits* w, int64_t N, float* y,
                     int64_t ldy, Stream s);
 
-// out[t, :] = table[ids[t], :].  table: [n_vocab, d_model] bf16; ids: [n_tokens]
-void embedding(const bf16_bits* table, int64_t d_model, const int32_t* ids, int64_t n_tokens,
-               float* out, Stream s);
+// out[t, :] = table[ids[t], :].  table: [n_vocab, d_model] of Half t; ids: [n_tokens]
+void embedding(const half_bits* table, int64_t d_model, const int32_t* ids, int64_t n_tokens,
+               float* out, Stream s, Half t = Half::BF16);
+
+// dst = src converted between the 16-bit floats (f16 saturates). src, dst: [n]
+void convert_half(const half_bits* src, Half from, half_bits* dst, Half to, int64_t n, Stream s);
+// Largest |value| of src: [n] (NaN ignored); waits for the result.
+float max_abs_half(const half_bits* src, Half t, int64_t n, Stream s);
 
 // Per row y = x * rsqrt(mean(x^2) + eps) * w.  x, y: [M, D] (may alias); w: [D] f32
 void rms_norm(const float* x, const float* w, float eps, int64_t M, int64_t D, float* y, Stream s);
 
 void add_inplace(float* a, const float* b, int64_t n, Stream s);               // a += b
 void swiglu(const float* gate, const float* up, float* out, int64_t n, Stream s);  // silu(g) * u
+
+// The residual add fused with the next block's norm: x += o, then
+// h = x * rsqrt(mean(x^2) + eps) * w per row. x, o, h: [M, D] (h distinct); w: [D] f32
+void add_rms_norm(float* x, const float* o, const float* w, float eps, int64_t M, int64_t D, float* h, Stream s);
+
+// SwiGLU on a fused gate/up projection: out[m, i] = silu(gu[m, i]) * gu[m, D + i].
+// gate_up: [M, 2 * D] f32; out: [M, D] f32
+void swiglu_packed(const float* gate_up, int64_t M, int64_t D, float* out, Stream s);
 
 // Rotate-half RoPE in place on the first 2*half dims of each head.
 // x: [n_tokens, n_head, head_dim] f32; positions: [n_tokens]; inv_freq: [half] f32
@@ -68,26 +93,63 @@ struct AttnMeta {
                                           // (0 = unknown: the path follows n_tokens alone)
 };
 
-// k, v: [n_tokens, kv_dim] f32 -> caches [n_blocks, block_size, kv_dim] bf16 at slot_mapping.
+// k, v: [n_tokens, kv_dim] f32 -> caches [n_blocks, block_size, kv_dim] of Half kv at slot_mapping.
 void store_kv(const float* k, const float* v, int64_t kv_dim, const AttnMeta& meta,
-              bf16_bits* k_cache, bf16_bits* v_cache, Stream s);
+              half_bits* k_cache, half_bits* v_cache, Stream s, Half kv = Half::BF16);
+
+// After the fused q/k/v projection of a decoder layer, one pass per token:
+// per-head RMSNorm of q and k (when the gains are given: Qwen3), RoPE on q and
+// k, q written out, k and v stored into the cache at slot_mapping (a negative
+// slot skips the store). Each stage computes what rms_norm, rope and
+// store_kv compute.
+// qkv: [n_tokens, (n_head + 2 * n_head_kv) * head_dim] f32 (q heads, k heads, v heads);
+// q_norm, k_norm: [head_dim] f32 or null; inv_freq: [half]; q_out: [n_tokens, n_head, head_dim] f32;
+// caches: [n_slots, n_head_kv * head_dim] of Half kv.
+void qkv_rope_store(const float* qkv, int64_t n_head, int64_t n_head_kv, int64_t head_dim, const float* q_norm,
+                    const float* k_norm, float eps, const float* inv_freq, int64_t half, const AttnMeta& meta,
+                    float* q_out, half_bits* k_cache, half_bits* v_cache, Stream s, Half kv = Half::BF16);
 
 // Causal GQA attention over the paged cache: token t at position p attends to
 // positions [max(0, p - window + 1), p] of its row (window 0 = unlimited).
-// q, out: [n_tokens, n_head, head_dim] f32; caches [n_blocks, block_size, n_head_kv, head_dim] bf16.
+// q, out: [n_tokens, n_head, head_dim] f32; caches [n_blocks, block_size, n_head_kv, head_dim] of Half kv.
 // Path: n_tokens <= 8 or max_row_tokens == 1 -> flash-decoding (the context
 // split across blocks, partial results in `workspace`, which must hold
 // attention_workspace_bytes() bytes); otherwise a tiled tensor-core kernel
-// (FlashAttention-2 style, Q and P rounded to bf16). head_dim: 16, 32, 64,
-// 128 or 256; n_head / n_head_kv <= 128.
+// (FlashAttention-2 style, Q and P rounded to the caches' type). head_dim:
+// 16, 32, 64, 128 or 256; n_head / n_head_kv <= 128.
 size_t attention_workspace_bytes(int64_t n_tokens, int64_t n_head, int64_t head_dim, int64_t max_context);
-void paged_attention(const float* q, const bf16_bits* k_cache, const bf16_bits* v_cache,
+void paged_attention(const float* q, const half_bits* k_cache, const half_bits* v_cache,
                      int64_t block_size, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                      const AttnMeta& meta, float scale, int32_t window, float* out, void* workspace,
-                     Stream s);
+                     Stream s, Half kv = Half::BF16);
 
 // out[r] = argmax over logits[r, :] (first index on ties). logits: [n_rows, n_vocab]
 void argmax(const float* logits, int64_t n_rows, int64_t n_vocab, int32_t* out, Stream s);
+
+// One row's sampling parameters (runtime/sampler.h), its uniform drawn on the host.
+struct SampleRow {
+  float temperature;  // 0: greedy (argmax)
+  int32_t top_k;      // 0: off
+  float top_p;        // 1: off
+  float min_p;        // 0: off
+  float uniform;      // [0, 1)
+};
+// A token's penalties in one row: logit = (logit > 0 ? logit / repetition : logit * repetition) - subtract.
+struct PenaltyEntry {
+  int32_t row;
+  int32_t token;
+  float repetition;  // 1: none
+  float subtract;    // presence + frequency * count, 0: none
+};
+// logits: [n_rows, n_vocab], in place; entries: [n_entries] (at most one per (row, token)).
+void apply_penalties(float* logits, int64_t n_vocab, const PenaltyEntry* entries, int64_t n_entries, Stream s);
+// Per row: temperature 0 -> argmax; otherwise softmax(logits / temperature)
+// restricted to the top_k best (ties to the lower id), then to the shortest
+// prefix of them whose mass reaches top_p, then to those with at least min_p
+// times the top probability, and one token drawn with `uniform`, walking the
+// kept tokens in id order. Deterministic. logits: [n_rows, n_vocab];
+// rows: [n_rows] (device); out: [n_rows] (device)
+void sample(const float* logits, int64_t n_rows, int64_t n_vocab, const SampleRow* rows, int32_t* out, Stream s);
 
 }  // namespace augur::cuda
 

@@ -20,24 +20,40 @@ void synchronize() { no_cuda("synchronize"); }
 void matmul_bf16(const float*, int64_t, int64_t, int64_t, const bf16_bits*, int64_t, float*, int64_t, Stream) {
   no_cuda("matmul");
 }
+void matmul_half(const float*, int64_t, int64_t, int64_t, const half_bits*, Half, int64_t, float*, int64_t, Stream) {
+  no_cuda("matmul");
+}
 void to_bf16(const float*, int64_t, int64_t, int64_t, bf16_bits*, Stream) { no_cuda("to_bf16"); }
+void to_half(const float*, int64_t, int64_t, int64_t, Half, half_bits*, Stream) { no_cuda("to_half"); }
 void matmul_bf16_xb(const bf16_bits*, int64_t, int64_t, const bf16_bits*, int64_t, float*, int64_t, Stream) {
   no_cuda("matmul");
 }
-void embedding(const bf16_bits*, int64_t, const int32_t*, int64_t, float*, Stream) { no_cuda("embedding"); }
+void embedding(const half_bits*, int64_t, const int32_t*, int64_t, float*, Stream, Half) { no_cuda("embedding"); }
+void convert_half(const half_bits*, Half, half_bits*, Half, int64_t, Stream) { no_cuda("convert_half"); }
+float max_abs_half(const half_bits*, Half, int64_t, Stream) { no_cuda("max_abs_half"); }
 void rms_norm(const float*, const float*, float, int64_t, int64_t, float*, Stream) { no_cuda("rms_norm"); }
 void add_inplace(float*, const float*, int64_t, Stream) { no_cuda("add"); }
 void swiglu(const float*, const float*, float*, int64_t, Stream) { no_cuda("swiglu"); }
 void rope(float*, int64_t, int64_t, int64_t, const int32_t*, const float*, int64_t, Stream) { no_cuda("rope"); }
-void store_kv(const float*, const float*, int64_t, const AttnMeta&, bf16_bits*, bf16_bits*, Stream) {
+void store_kv(const float*, const float*, int64_t, const AttnMeta&, half_bits*, half_bits*, Stream, Half) {
   no_cuda("store_kv");
 }
 size_t attention_workspace_bytes(int64_t, int64_t, int64_t, int64_t) { return 0; }
-void paged_attention(const float*, const bf16_bits*, const bf16_bits*, int64_t, int64_t, int64_t, int64_t,
-                     const AttnMeta&, float, int32_t, float*, void*, Stream) {
+void paged_attention(const float*, const half_bits*, const half_bits*, int64_t, int64_t, int64_t, int64_t,
+                     const AttnMeta&, float, int32_t, float*, void*, Stream, Half) {
   no_cuda("paged_attention");
 }
 void argmax(const float*, int64_t, int64_t, int32_t*, Stream) { no_cuda("argmax"); }
+void add_rms_norm(float*, const float*, const float*, float, int64_t, int64_t, float*, Stream) {
+  no_cuda("add_rms_norm");
+}
+void swiglu_packed(const float*, int64_t, int64_t, float*, Stream) { no_cuda("swiglu_packed"); }
+void qkv_rope_store(const float*, int64_t, int64_t, int64_t, const float*, const float*, float, const float*, int64_t,
+                    const AttnMeta&, float*, half_bits*, half_bits*, Stream, Half) {
+  no_cuda("qkv_rope_store");
+}
+void apply_penalties(float*, int64_t, const PenaltyEntry*, int64_t, Stream) { no_cuda("apply_penalties"); }
+void sample(const float*, int64_t, int64_t, const SampleRow*, int32_t*, Stream) { no_cuda("sample"); }
 
 }  // namespace augur::cuda
 

@@ -1,0 +1,529 @@
+// CUDA tests of the decoder's fused ops (add_rms_norm, swiglu_packed,
+// qkv_rope_store), of the f16 paths (weights, K/V caches, tensor-core
+// operands) against the CPU on the same values widened, and of GPU sampling
+// (sample, apply_penalties) against the CPU reference op, on odd sizes.
+// Outputs are poisoned (NaN / 0xffff) before each run.
+//
+// f16 tolerances: skinny matmul and decode attention stay f32-class; on the
+// tensor-core paths x (or Q and P) is rounded to f16, unit roundoff 2^-11.
+//
+// Sampling properties: the same inputs give the same ids on every run; the
+// GPU agrees with cpu::sample (same cuts, same walk; float sums in another
+// order may move a draw that lands within rounding of a boundary, so a
+// handful of disagreements in thousands is allowed); top-k / top-p / min-p
+// never keep a token outside their set; stratified draws follow softmax.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops_cpu.h"
+#include "backend/cuda/detail.h"
+#include "backend/cuda/kernels.h"
+#include "backend/ops.h"
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+
+namespace augur::cuda {
+namespace {
+
+template <typename T>
+class Buf {
+ public:
+  explicit Buf(size_t n) : n_(n) {
+    if (n_ > 0 && cudaMalloc(&p_, n_ * sizeof(T)) != cudaSuccess) throw std::runtime_error("cudaMalloc failed");
+  }
+  explicit Buf(const std::vector<T>& h) : Buf(h.size()) { upload(h); }
+  ~Buf() {
+    if (p_ != nullptr) cudaFree(p_);
+  }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  T* get() const { return p_; }
+  void upload(const std::vector<T>& h) {
+    if (n_ > 0 && cudaMemcpyAsync(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice, stream()) != cudaSuccess)
+      throw std::runtime_error("H2D failed");
+    synchronize();
+  }
+  std::vector<T> download() const {
+    std::vector<T> h(n_);
+    if (n_ > 0 && cudaMemcpyAsync(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost, stream()) != cudaSuccess)
+      throw std::runtime_error("D2H failed");
+    synchronize();
+    return h;
+  }
+  void poison() {
+    if (n_ > 0 && cudaMemsetAsync(p_, 0xff, n_ * sizeof(T), stream()) != cudaSuccess)
+      throw std::runtime_error("memset failed");
+  }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_;
+};
+
+class CudaFused : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!available()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+using CudaSampling = CudaFused;
+
+std::vector<float> uniform_floats(size_t n, std::mt19937& rng, float lo, float hi) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+// ---- fused ops ----------------------------------------------------------------------
+
+TEST_F(CudaFused, AddRmsNorm) {
+  std::mt19937 rng(31);
+  for (int64_t D : {1, 31, 33, 4096, 4097})
+    for (int64_t M : {1, 3}) {
+      std::vector<float> x = uniform_floats(size_t(M * D), rng, -3.f, 3.f);
+      std::vector<float> o = uniform_floats(size_t(M * D), rng, -3.f, 3.f), w = uniform_floats(size_t(D), rng, -1, 1);
+      std::vector<float> rx(x), rh(x.size());
+      cpu::add_rms_norm(rx.data(), o.data(), w.data(), 1e-6f, M, D, rh.data());
+      Buf<float> dx(x), dO(o), dw(w), dh(x.size());
+      dh.poison();
+      add_rms_norm(dx.get(), dO.get(), dw.get(), 1e-6f, M, D, dh.get(), stream());
+      const std::vector<float> gx = dx.download(), gh = dh.download();
+      ASSERT_EQ(0, std::memcmp(gx.data(), rx.data(), rx.size() * 4)) << "x += o, D=" << D;
+      for (size_t i = 0; i < rh.size(); ++i)
+        ASSERT_NEAR(gh[i], rh[i], 2e-6 * std::fabs(rh[i]) + 1e-6) << "D=" << D << " M=" << M << " i=" << i;
+    }
+}
+
+TEST_F(CudaFused, SwigluPacked) {
+  std::mt19937 rng(32);
+  for (int64_t D : {1, 31, 33, 4096, 4097})
+    for (int64_t M : {1, 5}) {
+      std::vector<float> gu = uniform_floats(size_t(M * 2 * D), rng, -8.f, 8.f), ref(size_t(M * D));
+      cpu::swiglu_packed(gu.data(), M, D, ref.data());
+      Buf<float> dg(gu), dout(ref.size());
+      dout.poison();
+      swiglu_packed(dg.get(), M, D, dout.get(), stream());
+      const std::vector<float> got = dout.download();
+      for (size_t i = 0; i < ref.size(); ++i)
+        ASSERT_NEAR(got[i], ref[i], 2e-6 * std::fabs(ref[i]) + 1e-7) << "D=" << D << " M=" << M << " i=" << i;
+    }
+}
+
+// qkv_rope_store against slicing + cpu::rms_norm + cpu::rope + bf16 stores.
+TEST_F(CudaFused, QkvRopeStore) {
+  std::mt19937 rng(33);
+  struct Case {
+    int64_t n_head, n_head_kv, head_dim, half;
+    bool norm;
+  };
+  for (const Case& c : {Case{4, 2, 16, 8, true}, Case{3, 1, 64, 16, false}, Case{32, 8, 128, 64, true},
+                        Case{5, 5, 32, 16, true}, Case{2, 1, 256, 128, false}}) {
+    const int64_t D = c.head_dim, T = 7, n_slots = 23, kv_dim = c.n_head_kv * D;
+    const int64_t width = (c.n_head + 2 * c.n_head_kv) * D;
+    std::vector<float> qkv = uniform_floats(size_t(T * width), rng, -4.f, 4.f);
+    std::vector<float> qn = uniform_floats(size_t(D), rng, 0.5f, 1.5f), kn = uniform_floats(size_t(D), rng, 0.5f, 1.5f);
+    std::vector<int32_t> pos = {0, 1, 5, 77, 1000, 8191, 40000};
+    std::vector<int32_t> slots = {3, 22, 0, -1, 9, 10, 4};  // -1: padding, nothing stored
+    std::vector<float> inv_freq(static_cast<size_t>(c.half));
+    for (int64_t i = 0; i < c.half; ++i) inv_freq[size_t(i)] = float(1.0 / std::pow(1e6, double(i) / double(c.half)));
+    // Reference.
+    std::vector<float> q(size_t(T * c.n_head * D)), k(size_t(T * kv_dim)), v(size_t(T * kv_dim));
+    for (int64_t t = 0; t < T; ++t) {
+      std::copy_n(qkv.begin() + t * width, c.n_head * D, q.begin() + t * c.n_head * D);
+      std::copy_n(qkv.begin() + t * width + c.n_head * D, kv_dim, k.begin() + t * kv_dim);
+      std::copy_n(qkv.begin() + t * width + c.n_head * D + kv_dim, kv_dim, v.begin() + t * kv_dim);
+    }
+    if (c.norm) {
+      cpu::rms_norm(q.data(), qn.data(), 1e-6f, T * c.n_head, D, q.data());
+      cpu::rms_norm(k.data(), kn.data(), 1e-6f, T * c.n_head_kv, D, k.data());
+    }
+    cpu::rope(q.data(), T, c.n_head, D, pos, inv_freq);
+    cpu::rope(k.data(), T, c.n_head_kv, D, pos, inv_freq);
+
+    Buf<float> dqkv(qkv), dqn(qn), dkn(kn), dfreq(inv_freq), dq(q.size());
+    Buf<int32_t> dpos(pos), dslots(slots);
+    Buf<uint16_t> kc(size_t(n_slots * kv_dim)), vc(size_t(n_slots * kv_dim));
+    dq.poison(), kc.poison(), vc.poison();
+    AttnMeta meta;
+    meta.positions = dpos.get();
+    meta.slot_mapping = dslots.get();
+    meta.n_tokens = int32_t(T);
+    qkv_rope_store(dqkv.get(), c.n_head, c.n_head_kv, D, c.norm ? dqn.get() : nullptr, c.norm ? dkn.get() : nullptr,
+                   1e-6f, dfreq.get(), c.half, meta, dq.get(), kc.get(), vc.get(), stream());
+    const std::vector<float> gq = dq.download();
+    const std::vector<uint16_t> gk = kc.download(), gv = vc.download();
+    for (size_t i = 0; i < q.size(); ++i)
+      ASSERT_NEAR(gq[i], q[i], 2e-6 * std::fabs(q[i]) + 2e-6) << "q " << i << " head_dim " << D;
+    for (int64_t s = 0; s < n_slots; ++s) {
+      const auto it = std::find(slots.begin(), slots.end(), int32_t(s));
+      for (int64_t i = 0; i < kv_dim; ++i) {
+        const size_t at = size_t(s * kv_dim + i);
+        if (it == slots.end()) {
+          ASSERT_EQ(gk[at], 0xffff) << "slot " << s << " written";
+          ASSERT_EQ(gv[at], 0xffff) << "slot " << s << " written";
+          continue;
+        }
+        const size_t t = size_t(it - slots.begin());
+        // k: the norm's sum runs in another order, so one bf16 step either way.
+        const float want_k = k[t * size_t(kv_dim) + size_t(i)];
+        ASSERT_NEAR(bf16_to_f32(gk[at]), want_k, std::fabs(want_k) * 0x1p-7f + 1e-6f) << "k slot " << s << " i " << i;
+        ASSERT_EQ(gv[at], f32_to_bf16(v[t * size_t(kv_dim) + size_t(i)])) << "v slot " << s << " i " << i;
+      }
+    }
+  }
+}
+
+// ---- f16 ----------------------------------------------------------------------------
+
+uint16_t f16_sat(float f) { return f32_to_f16(std::fabs(f) > 65504.f ? std::copysign(65504.f, f) : f); }
+
+std::vector<uint16_t> rand_f16(size_t n, std::mt19937& rng, float lo, float hi) {
+  std::vector<uint16_t> v(n);
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (auto& x : v) x = f32_to_f16(u(rng));
+  return v;
+}
+
+std::vector<float> widen_f16(const std::vector<uint16_t>& h) {
+  std::vector<float> f(h.size());
+  for (size_t i = 0; i < h.size(); ++i) f[i] = f16_to_f32(h[i]);
+  return f;
+}
+
+using CudaF16 = CudaFused;
+
+TEST_F(CudaF16, MatmulSkinnyAndTensorCore) {
+  std::mt19937 rng(50);
+  for (int64_t M : {1, 2, 3, 8, 40})
+    for (auto kn : std::vector<std::pair<int64_t, int64_t>>{{64, 1}, {136, 33}, {31, 17}, {4096, 257}}) {
+      const int64_t K = kn.first, N = kn.second;
+      const std::vector<float> x = uniform_floats(size_t(M * K), rng, -1.f, 1.f);
+      const std::vector<uint16_t> w = rand_f16(size_t(N * K), rng, -1.f, 1.f);
+      const std::vector<float> wf = widen_f16(w);
+      std::vector<float> ref(size_t(M * N));
+      cpu::matmul(x.data(), M, K, K, wf.data(), DType::F32, N, ref.data(), N, ThreadPool::global());
+      Buf<float> dx(x), dy(ref.size());
+      Buf<uint16_t> dw(w);
+      dy.poison();
+      matmul_half(dx.get(), M, K, K, dw.get(), Half::F16, N, dy.get(), N, stream());
+      const std::vector<float> got = dy.download();
+      const double tol = M <= detail::kSkinnyDispatchM ? 1e-5 : 2e-3;
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          double scale = 0;
+          for (int64_t k = 0; k < K; ++k) scale += std::fabs(double(x[size_t(m * K + k)]) * wf[size_t(n * K + k)]);
+          ASSERT_NEAR(got[size_t(m * N + n)], ref[size_t(m * N + n)], tol * scale + 1e-6)
+              << "M=" << M << " K=" << K << " N=" << N << " y[" << m << "," << n << "]";
+        }
+    }
+}
+
+TEST_F(CudaF16, ConvertMaxAbsEmbeddingStore) {
+  std::mt19937 rng(51);
+  // bf16 -> f16: exact within range, saturating beyond; max_abs sees the largest.
+  std::vector<uint16_t> b = {f32_to_bf16(1.5f), f32_to_bf16(-3.0e5f), f32_to_bf16(1e-3f), f32_to_bf16(70000.f),
+                             f32_to_bf16(-2.0f), f32_to_bf16(0.f)};
+  Buf<uint16_t> db(b), dh(b.size());
+  dh.poison();
+  convert_half(db.get(), Half::BF16, dh.get(), Half::F16, int64_t(b.size()), stream());
+  const std::vector<uint16_t> h = dh.download();
+  for (size_t i = 0; i < b.size(); ++i) EXPECT_EQ(h[i], f16_sat(bf16_to_f32(b[i]))) << i;
+  EXPECT_EQ(max_abs_half(db.get(), Half::BF16, int64_t(b.size()), stream()), bf16_to_f32(f32_to_bf16(3.0e5f)));
+  EXPECT_EQ(max_abs_half(dh.get(), Half::F16, int64_t(b.size()), stream()), 65504.f);
+  // embedding from an f16 table is exact.
+  const int64_t d_model = 33, n_vocab = 11;
+  const std::vector<uint16_t> table = rand_f16(size_t(n_vocab * d_model), rng, -2.f, 2.f);
+  const std::vector<int32_t> ids = {0, 10, 3, 3};
+  Buf<uint16_t> dt(table);
+  Buf<int32_t> di(ids);
+  Buf<float> dout(ids.size() * size_t(d_model));
+  dout.poison();
+  embedding(dt.get(), d_model, di.get(), int64_t(ids.size()), dout.get(), stream(), Half::F16);
+  const std::vector<float> e = dout.download();
+  for (size_t t = 0; t < ids.size(); ++t)
+    for (int64_t i = 0; i < d_model; ++i)
+      ASSERT_EQ(e[t * size_t(d_model) + size_t(i)], f16_to_f32(table[size_t(ids[t]) * size_t(d_model) + size_t(i)]));
+  // store_kv into f16 caches: round to nearest even, saturating.
+  for (int64_t kv_dim : {16, 33}) {
+    const int64_t n_tokens = 3, n_slots = 5;
+    std::vector<float> k = uniform_floats(size_t(n_tokens * kv_dim), rng, -100.f, 100.f);
+    std::vector<float> v = uniform_floats(size_t(n_tokens * kv_dim), rng, -1e-3f, 1e-3f);
+    k[1] = 1e6f, v[2] = -7e4f;
+    const std::vector<int32_t> slots = {4, -1, 0};
+    Buf<float> dk(k), dv(v);
+    Buf<int32_t> ds(slots);
+    Buf<uint16_t> kc(size_t(n_slots * kv_dim)), vc(size_t(n_slots * kv_dim));
+    kc.poison(), vc.poison();
+    AttnMeta meta;
+    meta.slot_mapping = ds.get();
+    meta.n_tokens = int32_t(n_tokens);
+    store_kv(dk.get(), dv.get(), kv_dim, meta, kc.get(), vc.get(), stream(), Half::F16);
+    const std::vector<uint16_t> gk = kc.download(), gv = vc.download();
+    for (size_t t = 0; t < slots.size(); ++t) {
+      if (slots[t] < 0) continue;
+      for (int64_t i = 0; i < kv_dim; ++i) {
+        const size_t at = size_t(slots[t]) * size_t(kv_dim) + size_t(i), src = t * size_t(kv_dim) + size_t(i);
+        ASSERT_EQ(gk[at], f16_sat(k[src])) << "k " << t << " " << i;
+        ASSERT_EQ(gv[at], f16_sat(v[src])) << "v " << t << " " << i;
+      }
+    }
+  }
+}
+
+// Decode and prefill attention over f16 caches against the CPU on the same
+// values widened; one row per case, its blocks in reverse order.
+void check_attention_f16(int64_t n_head, int64_t n_head_kv, int64_t D, int64_t block_size, int32_t n_tokens,
+                         int32_t pos0, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t kv_dim = n_head_kv * D, len = pos0 + n_tokens;
+  const int64_t n_blocks = (len + block_size - 1) / block_size;
+  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+  for (int64_t b = 0; b < n_blocks; ++b) table[size_t(b)] = int32_t(n_blocks - 1 - b);
+  const size_t cache_elems = size_t(n_blocks * block_size * kv_dim);
+  const std::vector<uint16_t> kc = rand_f16(cache_elems, rng, -1.f, 1.f), vc = rand_f16(cache_elems, rng, -1.f, 1.f);
+  const std::vector<float> kf = widen_f16(kc), vf = widen_f16(vc);
+  const std::vector<float> q = uniform_floats(size_t(n_tokens * n_head * D), rng, -2.f, 2.f);
+  std::vector<int32_t> positions, token_row(static_cast<size_t>(n_tokens), 0);
+  for (int32_t i = 0; i < n_tokens; ++i) positions.push_back(pos0 + i);
+  const std::vector<ops::AttnRow> rows = {{0, n_tokens, pos0, table}};
+  const float scale = 1.0f / std::sqrt(float(D));
+  std::vector<float> ref(q.size());
+  cpu::paged_attention(q.data(), kf.data(), vf.data(), block_size, n_head, n_head_kv, D, rows, scale, 0, ref.data());
+  Buf<float> dq(q), dout(q.size());
+  Buf<uint16_t> dk(kc), dv(vc);
+  Buf<int32_t> dpos(positions), drow(token_row), dbt(table);
+  AttnMeta meta;
+  meta.positions = dpos.get();
+  meta.token_row = drow.get();
+  meta.block_tables = dbt.get();
+  meta.max_blocks = int32_t(n_blocks);
+  meta.n_tokens = n_tokens;
+  meta.max_context = int32_t(len);
+  meta.max_row_tokens = n_tokens;
+  Buf<float> ws(attention_workspace_bytes(n_tokens, n_head, D, meta.max_context) / 4 + 1);
+  dout.poison();
+  paged_attention(dq.get(), dk.get(), dv.get(), block_size, n_head, n_head_kv, D, meta, scale, 0, dout.get(), ws.get(),
+                  stream(), Half::F16);
+  const std::vector<float> got = dout.download();
+  const bool decode = n_tokens <= 8;
+  double num = 0, den = 0, worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << i;
+    worst = std::max(worst, std::fabs(double(got[i]) - ref[i]));
+    num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+    den += double(ref[i]) * ref[i];
+  }
+  const std::string what = "heads " + std::to_string(n_head) + "/" + std::to_string(n_head_kv) + " D " +
+                           std::to_string(D) + " tokens " + std::to_string(n_tokens) + "@" + std::to_string(pos0);
+  EXPECT_LE(worst, decode ? 2e-5 : 4e-3) << what;
+  EXPECT_LE(std::sqrt(num / den), decode ? 1e-5 : 2e-3) << what;
+}
+
+TEST_F(CudaF16, AttentionDecodeAndPrefill) {
+  check_attention_f16(4, 2, 16, 4, 1, 0, 1);
+  check_attention_f16(8, 2, 128, 16, 1, 300, 2);
+  check_attention_f16(32, 8, 128, 16, 3, 1000, 3);
+  check_attention_f16(4, 4, 64, 16, 1, 4096, 4);
+  check_attention_f16(4, 2, 16, 4, 37, 0, 5);
+  check_attention_f16(32, 8, 128, 16, 200, 0, 6);
+  check_attention_f16(8, 1, 256, 16, 65, 100, 7);
+  check_attention_f16(6, 2, 32, 16, 129, 33, 8);
+}
+
+TEST_F(CudaF16, QkvRopeStoreWritesF16) {
+  std::mt19937 rng(52);
+  const int64_t n_head = 4, n_head_kv = 2, D = 64, half = 32, T = 3, n_slots = 4, kv_dim = n_head_kv * D;
+  const int64_t width = (n_head + 2 * n_head_kv) * D;
+  const std::vector<float> qkv = uniform_floats(size_t(T * width), rng, -4.f, 4.f);
+  const std::vector<int32_t> pos = {0, 9, 300}, slots = {2, 0, 3};
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) inv_freq[size_t(i)] = float(1.0 / std::pow(1e4, double(i) / double(half)));
+  std::vector<float> k(size_t(T * kv_dim)), v(size_t(T * kv_dim));
+  for (int64_t t = 0; t < T; ++t) {
+    std::copy_n(qkv.begin() + t * width + n_head * D, kv_dim, k.begin() + t * kv_dim);
+    std::copy_n(qkv.begin() + t * width + n_head * D + kv_dim, kv_dim, v.begin() + t * kv_dim);
+  }
+  cpu::rope(k.data(), T, n_head_kv, D, pos, inv_freq);
+  Buf<float> dqkv(qkv), dfreq(inv_freq), dq(size_t(T * n_head * D));
+  Buf<int32_t> dpos(pos), dslots(slots);
+  Buf<uint16_t> kc(size_t(n_slots * kv_dim)), vc(size_t(n_slots * kv_dim));
+  AttnMeta meta;
+  meta.positions = dpos.get();
+  meta.slot_mapping = dslots.get();
+  meta.n_tokens = int32_t(T);
+  qkv_rope_store(dqkv.get(), n_head, n_head_kv, D, nullptr, nullptr, 1e-6f, dfreq.get(), half, meta, dq.get(), kc.get(),
+                 vc.get(), stream(), Half::F16);
+  const std::vector<uint16_t> gk = kc.download(), gv = vc.download();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < kv_dim; ++i) {
+      const size_t at = size_t(slots[size_t(t)] * kv_dim + i), src = size_t(t * kv_dim + i);
+      // k: cosf/sinf may differ from std::cos/sin in the last bit, so one f16 step either way.
+      ASSERT_NEAR(f16_to_f32(gk[at]), k[src], std::fabs(k[src]) * 0x1p-10f + 1e-6f) << "k " << t << " " << i;
+      ASSERT_EQ(gv[at], f16_sat(v[src])) << "v " << t << " " << i;
+    }
+}
+
+// ---- sampling -----------------------------------------------------------------------
+
+std::vector<int32_t> gpu_sample(const std::vector<float>& logits, int64_t V, const std::vector<ops::SampleRow>& rows) {
+  static_assert(sizeof(ops::SampleRow) == sizeof(SampleRow));
+  Buf<float> dl(logits);
+  Buf<ops::SampleRow> dr(rows);
+  Buf<int32_t> dout(rows.size());
+  dout.poison();
+  sample(dl.get(), int64_t(rows.size()), V, reinterpret_cast<const SampleRow*>(dr.get()), dout.get(), stream());
+  return dout.download();
+}
+
+std::vector<int32_t> cpu_sample(const std::vector<float>& logits, int64_t V, const std::vector<ops::SampleRow>& rows) {
+  std::vector<int32_t> out(rows.size());
+  cpu::sample(logits.data(), V, rows, out.data());
+  return out;
+}
+
+// Rows of one logits vector repeated, each with its own uniform.
+std::vector<float> repeat_rows(const std::vector<float>& row, size_t n) {
+  std::vector<float> out;
+  for (size_t i = 0; i < n; ++i) out.insert(out.end(), row.begin(), row.end());
+  return out;
+}
+
+TEST_F(CudaSampling, GreedyIsArgmax) {
+  std::mt19937 rng(40);
+  for (int64_t V : {1, 31, 4097, 151936}) {
+    const size_t n = 4;
+    std::vector<float> logits = uniform_floats(n * size_t(V), rng, -20.f, 20.f);
+    if (V > 3) logits[size_t(V) + 2] = logits[size_t(V) + 1] = 99.f;  // a tie: the lower id
+    std::vector<ops::SampleRow> rows(n);
+    const auto got = gpu_sample(logits, V, rows), want = cpu_sample(logits, V, rows);
+    EXPECT_EQ(got, want) << "V " << V;
+    if (V > 3) {
+      EXPECT_EQ(got[1], 1);
+    }
+  }
+}
+
+TEST_F(CudaSampling, AgreesWithCpuReferenceAndRepeats) {
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<float> u01(0.f, 1.f);
+  for (int64_t V : {33, 4097, 151936}) {
+    const size_t n = V > 10000 ? 96 : 512;
+    std::vector<float> logits = uniform_floats(n * size_t(V), rng, -6.f, 6.f);
+    // A few rows with ties and -inf entries.
+    for (size_t r = 0; r < n; r += 7)
+      for (int64_t j = 0; j < V; j += 3) logits[r * size_t(V) + size_t(j)] = (j % 2) ? 1.25f : -INFINITY;
+    std::vector<ops::SampleRow> rows(n);
+    for (size_t r = 0; r < n; ++r) {
+      rows[r].temperature = r % 5 == 0 ? 0.f : 0.3f + 1.5f * u01(rng);
+      rows[r].top_k = r % 3 == 0 ? 0 : int32_t(1 + rng() % 60);
+      rows[r].top_p = r % 4 == 0 ? 1.f : 0.05f + 0.9f * u01(rng);
+      rows[r].min_p = r % 6 == 0 ? 0.05f * u01(rng) : 0.f;
+      rows[r].uniform = std::min(u01(rng), 0.99999f);
+    }
+    const auto got = gpu_sample(logits, V, rows);
+    const auto again = gpu_sample(logits, V, rows);
+    EXPECT_EQ(got, again) << "not deterministic, V " << V;
+    const auto want = cpu_sample(logits, V, rows);
+    int differ = 0;
+    for (size_t r = 0; r < n; ++r) {
+      ASSERT_GE(got[r], 0);
+      ASSERT_LT(got[r], V);
+      differ += got[r] != want[r];
+    }
+    EXPECT_LE(differ, 2) << "V " << V << ": " << differ << " of " << n << " rows differ from cpu::sample";
+  }
+}
+
+// Only tokens inside the filters' sets are ever drawn.
+TEST_F(CudaSampling, FiltersKeepTheirSets) {
+  std::mt19937 rng(42);
+  const int64_t V = 50000;
+  std::vector<float> row = uniform_floats(size_t(V), rng, -5.f, 5.f);
+  std::vector<int32_t> order(static_cast<size_t>(V));
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[size_t(a)] > row[size_t(b)]; });
+  const size_t n = 256;
+  const std::vector<float> logits = repeat_rows(row, n);
+  // top-k = 7
+  std::vector<ops::SampleRow> rows(n);
+  for (size_t i = 0; i < n; ++i) rows[i] = {1.0f, 7, 1.0f, 0.0f, (float(i) + 0.5f) / float(n)};
+  std::set<int32_t> top7(order.begin(), order.begin() + 7), seen;
+  for (int32_t id : gpu_sample(logits, V, rows)) {
+    EXPECT_TRUE(top7.count(id)) << "top_k 7 drew " << id;
+    seen.insert(id);
+  }
+  EXPECT_EQ(seen.size(), 7u) << "stratified draws should reach every kept token";
+  // top-p = 0.5 at temperature 0.2: the smallest prefix with half the mass.
+  const float t = 0.2f;
+  double z = 0;
+  for (int64_t j = 0; j < V; ++j) z += std::exp((row[size_t(j)] - row[size_t(order[0])]) / t);
+  size_t n_keep = 0;
+  for (double mass = 0; n_keep < size_t(V) && mass < 0.5;) mass += std::exp((row[size_t(order[n_keep++])] - row[size_t(order[0])]) / t) / z;
+  std::set<int32_t> top_p(order.begin(), order.begin() + long(n_keep));
+  for (size_t i = 0; i < n; ++i) rows[i] = {t, 0, 0.5f, 0.0f, (float(i) + 0.5f) / float(n)};
+  for (int32_t id : gpu_sample(logits, V, rows)) EXPECT_TRUE(top_p.count(id)) << "top_p 0.5 drew " << id;
+  // min-p = 0.3: probability at least 0.3 of the top one.
+  for (size_t i = 0; i < n; ++i) rows[i] = {0.5f, 0, 1.0f, 0.3f, (float(i) + 0.5f) / float(n)};
+  for (int32_t id : gpu_sample(logits, V, rows))
+    EXPECT_GE(std::exp((row[size_t(id)] - row[size_t(order[0])]) / 0.5f), 0.3f * 0.999f) << "min_p drew " << id;
+}
+
+// top_k cutting through a run of equal logits keeps the lowest ids.
+TEST_F(CudaSampling, TopKTiesGoToLowerIds) {
+  const int64_t V = 3001;
+  std::vector<float> row(static_cast<size_t>(V), -1.0f);
+  for (int64_t j = 100; j < V; j += 100) row[size_t(j)] = 2.0f;  // 30 equal best
+  const size_t n = 400;
+  std::vector<ops::SampleRow> rows(n);
+  for (size_t i = 0; i < n; ++i) rows[i] = {1.0f, 10, 1.0f, 0.0f, (float(i) + 0.5f) / float(n)};
+  std::set<int32_t> seen;
+  for (int32_t id : gpu_sample(repeat_rows(row, n), V, rows)) seen.insert(id);
+  std::set<int32_t> want;
+  for (int j = 1; j <= 10; ++j) want.insert(100 * j);
+  EXPECT_EQ(seen, want);
+}
+
+// Stratified uniforms: the histogram of draws follows softmax(logits / T).
+TEST_F(CudaSampling, DrawsFollowSoftmax) {
+  std::mt19937 rng(43);
+  const int64_t V = 37;
+  const std::vector<float> row = uniform_floats(size_t(V), rng, -3.f, 3.f);
+  const float t = 0.7f;
+  const size_t n = 8192;
+  std::vector<ops::SampleRow> rows(n);
+  for (size_t i = 0; i < n; ++i) rows[i] = {t, 0, 1.0f, 0.0f, (float(i) + 0.5f) / float(n)};
+  std::vector<double> hist(static_cast<size_t>(V), 0);
+  for (int32_t id : gpu_sample(repeat_rows(row, n), V, rows)) hist[size_t(id)] += 1.0 / double(n);
+  double z = 0, mx = *std::max_element(row.begin(), row.end());
+  for (float l : row) z += std::exp((l - mx) / t);
+  for (int64_t j = 0; j < V; ++j)
+    EXPECT_NEAR(hist[size_t(j)], std::exp((row[size_t(j)] - mx) / t) / z, 2.0 / double(n)) << "token " << j;
+}
+
+TEST_F(CudaSampling, PenaltiesMatchCpu) {
+  std::mt19937 rng(44);
+  const int64_t V = 1001, n_rows = 3;
+  std::vector<float> logits = uniform_floats(size_t(V * n_rows), rng, -4.f, 4.f), ref(logits);
+  std::vector<ops::PenaltyEntry> entries;
+  for (int32_t r = 0; r < n_rows; ++r)
+    for (int32_t t = int32_t(r); t < V; t += 37) entries.push_back({r, t, 1.3f, t % 2 ? 0.5f + 0.25f * float(t % 5) : 0.f});
+  cpu::apply_penalties(ref.data(), V, entries);
+  Buf<float> dl(logits);
+  Buf<ops::PenaltyEntry> de(entries);
+  apply_penalties(dl.get(), V, reinterpret_cast<const PenaltyEntry*>(de.get()), int64_t(entries.size()), stream());
+  const std::vector<float> got = dl.download();
+  ASSERT_EQ(0, std::memcmp(got.data(), ref.data(), ref.size() * 4));
+}
+
+}  // namespace
+}  // namespace augur::cuda
