@@ -157,6 +157,7 @@ __device__ int nth_equal(const RowCtx& x, uint32_t key, Cut c, int n, SampleSmem
         left -= c2;
       }
     }
+    __syncwarp();  // every lane has read sm.found before lane 0 overwrites it
     if (lane == 0) sm.found = id < 0 ? x.V - 1 : id;
   }
   __syncthreads();
