@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "model/layers.h"
 #include "model/model.h"
 
 namespace augur {
@@ -16,12 +17,8 @@ namespace augur {
 class JsonConfig;
 class WeightSource;
 
-struct DecoderConfig {
-  int64_t d_model = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, d_ff = 0;
-  int64_t n_vocab = 0, max_position = 0;
-  float rms_eps = 1e-6f;
-  bool tie_embeddings = false;
-  bool attention_bias = false;  // q/k/v/o biases
+struct DecoderConfig : TransformerDims {
+  int64_t d_ff = 0;
   bool mlp_bias = false;
   bool qk_norm = false;         // RMSNorm over each q/k head (Qwen3)
   std::vector<float> inv_freq;  // [rot_dim / 2]

@@ -12,24 +12,10 @@ namespace augur {
 
 HybridConfig read_hybrid_config(const JsonConfig& cfg) {
   HybridConfig c;
-  for (const char* key : {"hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "head_dim",
-                          "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
+  for (const char* key : {"head_dim", "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
                           "linear_num_value_heads"})
     if (cfg.get_int(key) <= 0) cfg.error(key, "must be positive");
-  c.d_model = cfg.get_int("hidden_size");
-  c.n_layer = cfg.get_int("num_hidden_layers");
-  c.n_head = cfg.get_int("num_attention_heads");
-  c.n_head_kv = cfg.get_int("num_key_value_heads", c.n_head);
-  c.head_dim = cfg.get_int("head_dim");
-  c.n_vocab = cfg.get_int("vocab_size");
-  c.max_position = cfg.get_int("max_position_embeddings", 0);
-  c.rms_eps = float(cfg.get_float("rms_norm_eps", 1e-6));
-  c.tie_embeddings = cfg.get_bool("tie_word_embeddings", false);
-  c.attention_bias = cfg.get_bool("attention_bias", false);
-  if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0)
-    cfg.error("num_key_value_heads", "must divide num_attention_heads (" + std::to_string(c.n_head) + ")");
-  const std::string act = cfg.get_string("hidden_act", "silu");
-  if (act != "silu") cfg.error("hidden_act", "'" + act + "' is not supported (silu)");
+  static_cast<TransformerDims&>(c) = read_transformer_dims(cfg);
   if (!cfg.get_bool("attn_output_gate", true))
     cfg.error("attn_output_gate", "false is not supported: the hybrid families gate their attention output");
   // Qwen3_5TextConfig / Qwen3NextConfig default partial_rotary_factor to 0.25.

@@ -23,12 +23,7 @@ namespace augur {
 class JsonConfig;
 class WeightSource;
 
-struct HybridConfig {
-  int64_t d_model = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
-  int64_t n_vocab = 0, max_position = 0;
-  float rms_eps = 1e-6f;
-  bool tie_embeddings = false;
-  bool attention_bias = false;
+struct HybridConfig : TransformerDims {
   std::vector<float> inv_freq;    // [rot_dim / 2] (partial rotary)
   std::vector<bool> linear;       // per layer: Gated DeltaNet (true) or full attention
   GatedDeltaNetShape gdn;

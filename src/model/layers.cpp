@@ -7,8 +7,36 @@
 
 #include "backend/device.h"
 #include "core/error.h"
+#include "io/json_config.h"
 
 namespace augur {
+
+TransformerDims read_transformer_dims(const JsonConfig& cfg) {
+  TransformerDims c;
+  for (const char* key : {"hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"})
+    if (cfg.get_int(key) <= 0) cfg.error(key, "must be positive");
+  c.d_model = cfg.get_int("hidden_size");
+  c.n_layer = cfg.get_int("num_hidden_layers");
+  c.n_head = cfg.get_int("num_attention_heads");
+  c.n_head_kv = cfg.get_int("num_key_value_heads", c.n_head);
+  c.n_vocab = cfg.get_int("vocab_size");
+  c.max_position = cfg.get_int("max_position_embeddings", 0);
+  c.rms_eps = float(cfg.get_float("rms_norm_eps", 1e-6));
+  c.tie_embeddings = cfg.get_bool("tie_word_embeddings", false);
+  c.attention_bias = cfg.get_bool("attention_bias", false);
+  if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0)
+    cfg.error("num_key_value_heads", "must divide num_attention_heads (" + std::to_string(c.n_head) + ")");
+  if (cfg.has("head_dim") && !cfg.is_null("head_dim")) {
+    c.head_dim = cfg.get_int("head_dim");
+    if (c.head_dim <= 0) cfg.error("head_dim", "must be positive");
+  } else {
+    if (c.d_model % c.n_head != 0) cfg.error("hidden_size", "is not a multiple of num_attention_heads and no head_dim is given");
+    c.head_dim = c.d_model / c.n_head;
+  }
+  const std::string act = cfg.get_string("hidden_act", "silu");
+  if (act != "silu") cfg.error("hidden_act", "'" + act + "' is not supported (silu)");
+  return c;
+}
 
 BatchPlan plan_batch(std::span<const ForwardRow> rows, int64_t n_vocab, int64_t max_position) {
   BatchPlan plan;

@@ -18,6 +18,21 @@
 
 namespace augur {
 
+class JsonConfig;
+
+// The transformer dimensions every decoder config.json states, as all
+// families read them (transformers' names), validated: a missing or
+// contradictory field is an error naming it.
+struct TransformerDims {
+  int64_t d_model = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
+  int64_t n_vocab = 0, max_position = 0;
+  float rms_eps = 1e-6f;
+  bool tie_embeddings = false;
+  bool attention_bias = false;  // q/k/v/o biases
+};
+// head_dim defaults to hidden_size / num_attention_heads when absent.
+TransformerDims read_transformer_dims(const JsonConfig& cfg);
+
 // The flattened batch: tokens of all rows back to back.
 struct BatchPlan {
   std::vector<int32_t> tokens;        // [n_tokens]
