@@ -1,4 +1,4 @@
-// augur: run | chat | inspect | bench | tokenize
+// augur: run | chat | inspect | bench | tokenize | perplexity
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   add(augur::cli::add_bench);
   add(augur::cli::add_tokenize);
   add(augur::cli::add_chat);
+  add(augur::cli::add_perplexity);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
