@@ -37,10 +37,6 @@ void require_cpu_f32(const char* op, const Tensor& t, const char* name) {
 
 int64_t rows_of(const Tensor& t) { return t.ndim() == 0 ? 1 : t.numel() / t.dim(-1); }
 
-void require_all_cpu_f32(const char* op, std::initializer_list<std::pair<const Tensor*, const char*>> ts) {
-  for (const auto& [t, name] : ts) require_cpu_f32(op, *t, name);
-}
-
 }  // namespace
 
 namespace {
@@ -459,13 +455,54 @@ void sample(const Tensor& logits, std::span<const SampleRow> rows, std::span<int
   cpu::sample(logits.data<float>(), V, rows, ids.data());
 }
 
+// ---- Linear attention ------------------------------------------------------------
+
+static_assert(sizeof(RecurrentRow) == sizeof(cuda::RecurrentRow) &&
+                  offsetof(RecurrentRow, slot) == offsetof(cuda::RecurrentRow, slot),
+              "ops::RecurrentRow and cuda::RecurrentRow share one layout");
+
+namespace {
+
+// Checks an f32 activation on the op's device: the CPU, or CUDA in a CUDA build.
+void require_on(const char* op, const Tensor& t, const char* name, Device dev) {
+  if (dev == Device::CPU)
+    require_cpu_f32(op, t, name);
+  else
+    require_f32(op, t, name, dev);
+}
+
+void require_all_on(const char* op, Device dev, std::initializer_list<std::pair<const Tensor*, const char*>> ts) {
+  for (const auto& [t, name] : ts) require_on(op, *t, name, dev);
+}
+
+// The rows of a recurrent op as a device array (the rows live on the host).
+std::shared_ptr<Buffer> upload_rows(std::span<const RecurrentRow> rows) {
+  return upload_bytes(rows.data(), std::max<size_t>(rows.size_bytes(), 1));
+}
+
+const cuda::RecurrentRow* rows_ptr(const std::shared_ptr<Buffer>& b) {
+  return static_cast<const cuda::RecurrentRow*>(b->data());
+}
+
+int64_t max_row_tokens(std::span<const RecurrentRow> rows) {
+  int64_t m = 0;
+  for (const auto& r : rows) m = std::max<int64_t>(m, r.n_tokens);
+  return m;
+}
+
+}  // namespace
+
 void slice_cols(const Tensor& x, int64_t begin, const Tensor& y) {
-  require_cpu_f32("slice_cols", x, "x");
-  require_cpu_f32("slice_cols", y, "y");
+  const Device dev = x.device();
+  require_on("slice_cols", x, "x", dev);
+  require_on("slice_cols", y, "y", dev);
   const int64_t N = x.dim(-1), n = y.dim(-1), M = rows_of(x);
   require(begin >= 0 && begin + n <= N && rows_of(y) == M, "slice_cols", "columns [", begin, ", ",
           begin + n, ") of x ", x.shape_str(), " do not fit y ", y.shape_str());
-  cpu::slice_cols(x.data<float>(), M, N, begin, n, y.data<float>());
+  if (dev == Device::CUDA)
+    cuda::slice_cols(x.data<float>(), M, N, begin, n, y.data<float>(), cuda::stream());
+  else
+    cpu::slice_cols(x.data<float>(), M, N, begin, n, y.data<float>());
 }
 
 namespace {
@@ -491,10 +528,8 @@ void check_recurrent_rows(const char* op, std::span<const RecurrentRow> rows, in
 
 void causal_conv1d(const Tensor& x, const Tensor& w, std::span<const RecurrentRow> rows,
                    const Tensor& conv_state, bool silu, const Tensor& out) {
-  require_cpu_f32("causal_conv1d", x, "x");
-  require_cpu_f32("causal_conv1d", w, "w");
-  require_cpu_f32("causal_conv1d", conv_state, "conv_state");
-  require_cpu_f32("causal_conv1d", out, "out");
+  const Device dev = x.device();
+  require_all_on("causal_conv1d", dev, {{&x, "x"}, {&w, "w"}, {&conv_state, "conv_state"}, {&out, "out"}});
   require(x.ndim() == 2 && w.ndim() == 2 && conv_state.ndim() == 3, "causal_conv1d",
           "x must be [n_tokens, C], w [C, K], conv_state [n_slots, K-1, C]; got ", x.shape_str(), ", ",
           w.shape_str(), ", ", conv_state.shape_str());
@@ -505,28 +540,45 @@ void causal_conv1d(const Tensor& x, const Tensor& w, std::span<const RecurrentRo
           x.shape_str());
   require(out.raw() != x.raw(), "causal_conv1d", "out must not alias x");
   check_recurrent_rows("causal_conv1d", rows, x.dim(0), conv_state.dim(0));
+  if (dev == Device::CUDA) {
+    if (rows.empty()) return;
+    auto dev_rows = upload_rows(rows);
+    cuda::causal_conv1d(x.data<float>(), w.data<float>(), C, K, rows_ptr(dev_rows), int64_t(rows.size()),
+                        max_row_tokens(rows), conv_state.data<float>(), silu, out.data<float>(), cuda::stream());
+    return;
+  }
   cpu::causal_conv1d(x.data<float>(), w.data<float>(), C, K, rows, conv_state.data<float>(), silu,
                      out.data<float>());
 }
 
 void l2norm(const Tensor& x, float eps, const Tensor& y) {
-  require_cpu_f32("l2norm", x, "x");
-  require_cpu_f32("l2norm", y, "y");
+  const Device dev = x.device();
+  require_on("l2norm", x, "x", dev);
+  require_on("l2norm", y, "y", dev);
   require(x.numel() == y.numel() && x.dim(-1) == y.dim(-1), "l2norm", "x ", x.shape_str(), " vs y ",
           y.shape_str());
-  cpu::l2norm(x.data<float>(), eps, rows_of(x), x.dim(-1), y.data<float>());
+  if (dev == Device::CUDA)
+    cuda::l2norm(x.data<float>(), eps, rows_of(x), x.dim(-1), y.data<float>(), cuda::stream());
+  else
+    cpu::l2norm(x.data<float>(), eps, rows_of(x), x.dim(-1), y.data<float>());
 }
 
 void delta_rule_gates(const Tensor& a, const Tensor& b, const Tensor& a_log, const Tensor& dt_bias,
                       const Tensor& g, const Tensor& beta) {
   const char* op = "delta_rule_gates";
-  require_all_cpu_f32(op, {{&a, "a"}, {&b, "b"}, {&a_log, "a_log"}, {&dt_bias, "dt_bias"}, {&g, "g"},
-                          {&beta, "beta"}});
+  const Device dev = a.device();
+  require_all_on(op, dev, {{&a, "a"}, {&b, "b"}, {&a_log, "a_log"}, {&dt_bias, "dt_bias"}, {&g, "g"},
+                           {&beta, "beta"}});
   const int64_t H = a.dim(-1), T = rows_of(a);
   require(a_log.numel() == H && dt_bias.numel() == H && b.numel() == a.numel() && g.numel() == a.numel() &&
               beta.numel() == a.numel(),
           op, "a ", a.shape_str(), ", b ", b.shape_str(), ", a_log ", a_log.shape_str(), ", dt_bias ",
           dt_bias.shape_str(), ", g ", g.shape_str(), ", beta ", beta.shape_str(), " disagree");
+  if (dev == Device::CUDA) {
+    cuda::delta_rule_gates(a.data<float>(), b.data<float>(), a_log.data<float>(), dt_bias.data<float>(), T, H,
+                           g.data<float>(), beta.data<float>(), cuda::stream());
+    return;
+  }
   cpu::delta_rule_gates(a.data<float>(), b.data<float>(), a_log.data<float>(), dt_bias.data<float>(), T, H,
                         g.data<float>(), beta.data<float>());
 }
@@ -536,8 +588,8 @@ namespace {
 cpu::DeltaRuleDims check_delta_rule(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                                     const Tensor& g, const Tensor& beta, std::span<const RecurrentRow> rows,
                                     const Tensor& state, const Tensor& out) {
-  require_all_cpu_f32(op, {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&g, "g"}, {&beta, "beta"}, {&state, "state"},
-                          {&out, "out"}});
+  require_all_on(op, q.device(), {{&q, "q"}, {&k, "k"}, {&v, "v"}, {&g, "g"}, {&beta, "beta"}, {&state, "state"},
+                                  {&out, "out"}});
   require(q.ndim() == 3 && v.ndim() == 3 && state.ndim() == 4, op,
           "q, k must be [n_tokens, n_head_k, head_dim_k], v [n_tokens, n_head, head_dim_v], state "
           "[n_slots, n_head, head_dim_k, head_dim_v]; got ",
@@ -556,12 +608,24 @@ cpu::DeltaRuleDims check_delta_rule(const char* op, const Tensor& q, const Tenso
   return d;
 }
 
+cuda::DeltaRuleDims cuda_dims(const cpu::DeltaRuleDims& d) {
+  return {d.n_head_k, d.n_head, d.head_dim_k, d.head_dim_v};
+}
+
 }  // namespace
 
 void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                 const Tensor& beta, float scale, std::span<const RecurrentRow> rows,
                                 const Tensor& state, const Tensor& out) {
   const auto d = check_delta_rule("gated_delta_rule_recurrent", q, k, v, g, beta, rows, state, out);
+  if (q.device() == Device::CUDA) {
+    if (rows.empty()) return;
+    auto dev_rows = upload_rows(rows);
+    cuda::gated_delta_rule_recurrent(q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(),
+                                     beta.data<float>(), scale, cuda_dims(d), rows_ptr(dev_rows),
+                                     int64_t(rows.size()), state.data<float>(), out.data<float>(), cuda::stream());
+    return;
+  }
   cpu::gated_delta_rule_recurrent(q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(),
                                   beta.data<float>(), scale, d, rows, state.data<float>(), out.data<float>());
 }
@@ -572,47 +636,155 @@ void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v,
   const auto d = check_delta_rule("gated_delta_rule_chunked", q, k, v, g, beta, rows, state, out);
   require(chunk_size >= 1 && chunk_size <= 1024, "gated_delta_rule_chunked", "chunk_size ", chunk_size,
           " outside [1, 1024]");
+  if (q.device() == Device::CUDA) {
+    if (rows.empty()) return;
+    auto dev_rows = upload_rows(rows);
+    cuda::gated_delta_rule_chunked(q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(),
+                                   beta.data<float>(), scale, chunk_size, cuda_dims(d), rows_ptr(dev_rows),
+                                   int64_t(rows.size()), state.data<float>(), out.data<float>(), cuda::stream());
+    return;
+  }
   cpu::gated_delta_rule_chunked(q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(),
                                 beta.data<float>(), scale, chunk_size, d, rows, state.data<float>(),
                                 out.data<float>());
 }
 
 void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, const Tensor& y) {
-  require_cpu_f32("gated_rms_norm", x, "x");
-  require_cpu_f32("gated_rms_norm", z, "z");
-  require_cpu_f32("gated_rms_norm", w, "w");
-  require_cpu_f32("gated_rms_norm", y, "y");
+  const Device dev = x.device();
+  require_all_on("gated_rms_norm", dev, {{&x, "x"}, {&z, "z"}, {&w, "w"}, {&y, "y"}});
   const int64_t D = x.dim(-1);
   require(w.numel() == D && z.numel() == x.numel() && y.numel() == x.numel() && z.dim(-1) == D &&
               y.dim(-1) == D,
           "gated_rms_norm", "x ", x.shape_str(), ", z ", z.shape_str(), ", w ", w.shape_str(), ", y ",
           y.shape_str(), " disagree");
-  cpu::gated_rms_norm(x.data<float>(), z.data<float>(), w.data<float>(), eps, rows_of(x), D, y.data<float>());
+  if (dev == Device::CUDA)
+    cuda::gated_rms_norm(x.data<float>(), z.data<float>(), w.data<float>(), eps, rows_of(x), D, y.data<float>(),
+                         cuda::stream());
+  else
+    cpu::gated_rms_norm(x.data<float>(), z.data<float>(), w.data<float>(), eps, rows_of(x), D, y.data<float>());
 }
 
 void sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& y) {
-  require_cpu_f32("sigmoid_mul", x, "x");
-  require_cpu_f32("sigmoid_mul", gate, "gate");
-  require_cpu_f32("sigmoid_mul", y, "y");
+  const Device dev = x.device();
+  require_all_on("sigmoid_mul", dev, {{&x, "x"}, {&gate, "gate"}, {&y, "y"}});
   const int64_t N = x.dim(-1), M = rows_of(x);
   const bool per_row = gate.numel() == M && gate.dim(-1) == 1 && N != 1;
   require(y.numel() == x.numel() && (gate.numel() == x.numel() || per_row), "sigmoid_mul", "x ",
           x.shape_str(), ", gate ", gate.shape_str(), ", y ", y.shape_str(), " disagree");
-  cpu::sigmoid_mul(x.data<float>(), gate.data<float>(), per_row, M, N, y.data<float>());
+  if (dev == Device::CUDA)
+    cuda::sigmoid_mul(x.data<float>(), gate.data<float>(), per_row, M, N, y.data<float>(), cuda::stream());
+  else
+    cpu::sigmoid_mul(x.data<float>(), gate.data<float>(), per_row, M, N, y.data<float>());
 }
 
 // ---- Mixture of experts ---------------------------------------------------------
 
 void moe_route(const Tensor& logits, int64_t top_k, bool normalize, const Tensor& weights, const Tensor& ids) {
-  require_cpu_f32("moe_route", logits, "logits");
-  require_cpu_f32("moe_route", weights, "weights");
-  require(ids.defined() && ids.device() == Device::CPU && ids.dtype() == DType::I32 && ids.is_contiguous(),
-          "moe_route", "ids must be a contiguous I32 host tensor");
+  const Device dev = logits.device();
+  require_on("moe_route", logits, "logits", dev);
+  require_on("moe_route", weights, "weights", dev);
+  require(ids.defined() && ids.device() == dev && ids.dtype() == DType::I32 && ids.is_contiguous(),
+          "moe_route", "ids must be a contiguous I32 tensor on the logits' device");
   const int64_t E = logits.dim(-1), T = rows_of(logits);
   require(top_k >= 1 && top_k <= E, "moe_route", "top_k ", top_k, " outside [1, ", E, "]");
   require(weights.numel() == T * top_k && ids.numel() == T * top_k, "moe_route", "weights ",
           weights.shape_str(), " / ids ", ids.shape_str(), " should be [", T, ", ", top_k, "]");
+  if (dev == Device::CUDA) {
+    cuda::moe_route(logits.data<float>(), T, E, top_k, normalize, weights.data<float>(), ids.data<int32_t>(),
+                    cuda::stream());
+    return;
+  }
   cpu::moe_route(logits.data<float>(), T, E, top_k, normalize, weights.data<float>(), ids.data<int32_t>());
+}
+
+namespace {
+
+struct MoeDims {
+  int64_t T, d, E, I, k;
+};
+
+MoeDims check_moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& weights,
+                          const Tensor& ids, const Tensor& out) {
+  const char* op = "moe_experts";
+  const Device dev = x.device();
+  require_on(op, x, "x", dev);
+  require_on(op, weights, "weights", dev);
+  require_on(op, out, "out", dev);
+  require(ids.defined() && ids.device() == dev && ids.dtype() == DType::I32 && ids.is_contiguous(), op,
+          "ids must be a contiguous I32 tensor on x's device");
+  require(gate_up.defined() && down.defined() && gate_up.device() == dev && down.device() == dev &&
+              gate_up.is_contiguous() && down.is_contiguous() && gate_up.ndim() == 3 && down.ndim() == 3,
+          op, "gate_up and down must be contiguous 3-D tensors on x's device");
+  require(gate_up.dtype() == down.dtype(), op, "gate_up and down differ in dtype");
+  require(x.ndim() == 2 && ids.ndim() == 2, op, "x must be [n_tokens, d_model], ids [n_tokens, top_k]; got ",
+          x.shape_str(), ", ", ids.shape_str());
+  MoeDims m{x.dim(0), x.dim(1), gate_up.dim(0), down.dim(2), ids.dim(1)};
+  require(gate_up.dim(1) == 2 * m.I && gate_up.dim(2) == m.d && down.dim(0) == m.E && down.dim(1) == m.d, op,
+          "gate_up ", gate_up.shape_str(), " / down ", down.shape_str(), " do not fit x ", x.shape_str());
+  require(ids.dim(0) == m.T && weights.numel() == m.T * m.k && out.shape() == x.shape() && out.ndim() == 2, op,
+          "ids ", ids.shape_str(), ", weights ", weights.shape_str(), ", out ", out.shape_str(), " do not fit x ",
+          x.shape_str());
+  require(out.raw() != x.raw(), op, "out must not alias x");
+  return m;
+}
+
+}  // namespace
+
+int64_t moe_experts_workspace(const Tensor& x, const Tensor& gate_up, const Tensor& ids) {
+  if (x.device() != Device::CUDA) return 0;
+  const size_t bytes = cuda::moe_workspace_bytes(x.dim(0), ids.dim(-1), gate_up.dim(0), x.dim(-1),
+                                                 gate_up.dim(1) / 2);
+  return int64_t((bytes + 3) / 4);
+}
+
+void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& weights,
+                 const Tensor& ids, const Tensor& out, const Tensor& workspace) {
+  const MoeDims m = check_moe_experts(x, gate_up, down, weights, ids, out);
+  if (x.device() == Device::CUDA) {
+    require(is_half(gate_up.dtype()), "moe_experts", "CUDA expert weights must be BF16 or F16, got ",
+            dtype_name(gate_up.dtype()));
+    const int64_t need = moe_experts_workspace(x, gate_up, ids);
+    require(workspace.defined() && workspace.device() == Device::CUDA && workspace.numel() >= need, "moe_experts",
+            "workspace of ", workspace.defined() ? workspace.numel() : 0, " floats, needs ", need);
+    cuda::moe_experts(x.data<float>(), m.T, m.d, half_ptr(gate_up), half_ptr(down), half_of(gate_up), m.E, m.I,
+                      ids.data<int32_t>(), weights.data<float>(), m.k, out.data<float>(), workspace.raw(),
+                      cuda::stream());
+    return;
+  }
+  require(gate_up.dtype() == DType::BF16 || gate_up.dtype() == DType::F32, "moe_experts", "weights dtype ",
+          dtype_name(gate_up.dtype()), " unsupported");
+  // The reference composition (sparse_moe_block's loop): per expert in
+  // ascending id, its tokens in batch order, SwiGLU, scaled and added into zeros.
+  const int32_t* id = ids.data<int32_t>();
+  const float* wt = weights.data<float>();
+  for (int64_t i = 0; i < m.T * m.k; ++i)
+    require(id[i] >= 0 && id[i] < m.E, "moe_experts", "expert id ", id[i], " outside [0, ", m.E, ")");
+  std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(m.E));
+  std::vector<std::vector<float>> scales(static_cast<size_t>(m.E));
+  for (int64_t t = 0; t < m.T; ++t)
+    for (int64_t i = 0; i < m.k; ++i) {
+      tokens[size_t(id[t * m.k + i])].push_back(int32_t(t));
+      scales[size_t(id[t * m.k + i])].push_back(wt[t * m.k + i]);
+    }
+  std::fill_n(out.data<float>(), out.numel(), 0.0f);
+  const size_t esize = dtype_size(gate_up.dtype());
+  std::vector<float> xe, gu, act, ye;
+  for (int64_t e = 0; e < m.E; ++e) {
+    const auto& tok = tokens[size_t(e)];
+    if (tok.empty()) continue;
+    const int64_t n = int64_t(tok.size());
+    xe.resize(size_t(n * m.d));
+    gu.resize(size_t(n * 2 * m.I));
+    act.resize(size_t(n * m.I));
+    ye.resize(size_t(n * m.d));
+    cpu::gather_rows(x.data<float>(), m.d, tok, xe.data());
+    const char* wgu = static_cast<const char*>(gate_up.raw()) + size_t(e * 2 * m.I * m.d) * esize;
+    const char* wd = static_cast<const char*>(down.raw()) + size_t(e * m.d * m.I) * esize;
+    cpu::matmul(xe.data(), n, m.d, m.d, wgu, gate_up.dtype(), 2 * m.I, gu.data(), 2 * m.I, ThreadPool::global());
+    cpu::swiglu_packed(gu.data(), n, m.I, act.data());
+    cpu::matmul(act.data(), n, m.I, m.I, wd, down.dtype(), m.d, ye.data(), m.d, ThreadPool::global());
+    cpu::scatter_add_rows(ye.data(), m.d, tok, scales[size_t(e)], out.data<float>());
+  }
 }
 
 void gather_rows(const Tensor& x, std::span<const int32_t> idx, const Tensor& out) {

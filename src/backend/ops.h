@@ -200,7 +200,8 @@ void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& 
                                 const Tensor& state, const Tensor& out);
 // Chunked form (torch_chunk_gated_delta_rule): chunks of chunk_size tokens from
 // each row's first token, intra-chunk work by the UT transform, one state update
-// per chunk. Equal to the recurrent form within float rounding.
+// per chunk. Equal to the recurrent form within float rounding. (CUDA:
+// chunk_size <= 64, head_dim_k <= 256, as for the recurrent form.)
 void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                               const Tensor& beta, float scale, int64_t chunk_size,
                               std::span<const RecurrentRow> rows, const Tensor& state, const Tensor& out);
@@ -218,14 +219,27 @@ void sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& y);
 // Top-k routing (Qwen2MoeTopKRouter / Qwen3NextTopKRouter): softmax over the
 // experts in f32, the top_k largest in descending order (ties to the lower
 // expert id), renormalised to sum to 1 when `normalize`.
-// logits: [n_tokens, n_expert] f32; weights: [n_tokens, top_k] f32; ids: [n_tokens, top_k] i32
+// logits: [n_tokens, n_expert] f32; weights: [n_tokens, top_k] f32; ids: [n_tokens, top_k] i32,
+// all on one device (CUDA: top_k <= 32, n_expert <= 12288)
 void moe_route(const Tensor& logits, int64_t top_k, bool normalize, const Tensor& weights, const Tensor& ids);
 
-// out[i, :] = x[idx[i], :].  x: [M, N] f32; out: [len(idx), N] f32
+// The routed experts of a sparse MoE block over stacked expert weights, on
+// x's device without a host round trip: for each token, the SwiGLU MLPs of
+// its experts (down(silu(gate x) * up x)) scaled by its routing weights and
+// summed, in ascending expert id, into zeros (out is overwritten).
+// x, out: [n_tokens, d_model] f32; gate_up: [n_expert, 2 d_ff, d_model] (per
+// expert its gate rows, then its up rows); down: [n_expert, d_model, d_ff];
+// weights: [n_tokens, top_k] f32; ids: [n_tokens, top_k] i32 (moe_route's);
+// workspace: moe_experts_workspace(...) floats on x's device (CUDA; unused on the CPU).
+int64_t moe_experts_workspace(const Tensor& x, const Tensor& gate_up, const Tensor& ids);
+void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& weights,
+                 const Tensor& ids, const Tensor& out, const Tensor& workspace);
+
+// out[i, :] = x[idx[i], :].  x: [M, N] f32; out: [len(idx), N] f32 (CPU only)
 void gather_rows(const Tensor& x, std::span<const int32_t> idx, const Tensor& out);
 
 // out[idx[i], :] += scale[i] * x[i, :], for i in order.
-// x: [len(idx), N] f32; scale: [len(idx)]; out: [M, N] f32
+// x: [len(idx), N] f32; scale: [len(idx)]; out: [M, N] f32 (CPU only)
 void scatter_add_rows(const Tensor& x, std::span<const int32_t> idx, std::span<const float> scale,
                       const Tensor& out);
 

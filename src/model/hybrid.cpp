@@ -147,8 +147,11 @@ namespace {
 
 class HybridModel final : public Model {
  public:
+  // Accelerator forwards run eagerly: the recurrent ops upload each step's
+  // rows themselves, which a replayed graph would not redo.
   HybridModel(const HybridConfig& cfg, HybridWeights weights, const WeightSource& src, ModelInfo info)
-      : cfg_(cfg), w_(std::move(weights)) {
+      : cfg_(cfg), w_(std::move(weights)), scratch_(info.device),
+        device_forward_(info.device, cfg.n_vocab, /*graphs=*/false) {
     info_ = std::move(info);
     inv_freq_ = constant_f32(cfg.inv_freq, info_.device);
     AUGUR_ASSERT(int64_t(w_.layers.size()) == cfg.n_layer, "one HybridLayer per layer");
@@ -201,40 +204,69 @@ class HybridModel final : public Model {
       }
     }
     info_.decode_weight_bytes = int64_t(read);
+
+    if (info_.device != Device::CPU) {
+      // On an accelerator: experts stacked for the on-device MoE op, and
+      // gate/up projections sharing an input fused into one GEMM.
+      auto fuse = [](MlpWeights& m) {
+        if (m.gate.defined() && m.gate.dtype() == m.up.dtype()) {
+          m.gate_up = stack_rows({m.gate, m.up});
+          m.gate = m.up = Tensor();
+        }
+      };
+      for (auto& l : w_.layers) {
+        if (l.moe) {
+          stack_experts(l.experts);
+          fuse(l.experts.shared);
+        } else {
+          fuse(l.mlp);
+        }
+      }
+    }
   }
 
   // Reference: Qwen3_5TextModel.forward / Qwen3NextModel.forward.
   void forward(std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits) override {
-    const BatchPlan plan = plan_batch(rows, cfg_.n_vocab, cfg_.max_position);
-    const int64_t T = plan.n_tokens(), d = cfg_.d_model;
-    if (logits.dim(0) != int64_t(plan.logit_tokens.size()) || logits.dim(-1) != cfg_.n_vocab)
-      fail("[forward] logits ", logits.shape_str(), " should be [", plan.logit_tokens.size(), ", ", cfg_.n_vocab, "]");
+    BatchPlan plan = plan_batch(rows, cfg_.n_vocab, cfg_.max_position);
+    if (logits.dim(0) != int64_t(plan.logit_tokens.size()) || logits.dim(-1) != cfg_.n_vocab ||
+        (logits.device() != Device::CPU && logits.device() != info_.device))
+      fail("[forward] logits ", logits.shape_str(), " should be [", plan.logit_tokens.size(), ", ", cfg_.n_vocab,
+           "] on the host or the model's device");
     const std::vector<ops::RecurrentRow> rec = recurrent_rows(rows, plan, kv);
+    auto body = [&](const BatchPlan& p, Scratch& scratch, const Tensor& out) { layers(p, rec, kv, scratch, out); };
+    if (info_.device == Device::CPU)
+      body(plan, scratch_, logits);
+    else
+      device_forward_.run(plan, kv, logits, body);
+  }
 
-    Tensor x = scratch_.get("x", {T, d});  // residual stream
-    Tensor h = scratch_.get("h", {T, d});  // normed input of a block
-    Tensor o = scratch_.get("o", {T, d});  // output of a block
-    ops::embedding(w_.embed, plan.tokens, x);
+ private:
+  void layers(const BatchPlan& plan, std::span<const ops::RecurrentRow> rec, KvCache& kv, Scratch& scratch,
+              const Tensor& logits) {
+    const int64_t T = plan.n_tokens(), d = cfg_.d_model;
+    Tensor x = scratch.get("x", {T, d});  // residual stream
+    Tensor h = scratch.get("h", {T, d});  // normed input of a block
+    Tensor o = scratch.get("o", {T, d});  // output of a block
+    ops::embedding(w_.embed, plan.tokens, x, &plan.device);
     for (int64_t i = 0; i < cfg_.n_layer; ++i) {
       const HybridLayer& l = w_.layers[size_t(i)];
       const int64_t c = cache_index_[size_t(i)];
       ops::rms_norm(x, l.attn_norm, cfg_.rms_eps, h);
       if (l.linear)
-        gated_deltanet_block(h, l.gdn, cfg_.gdn, rec, kv.recurrent_layer(c), o, scratch_);
+        gated_deltanet_block(h, l.gdn, cfg_.gdn, rec, kv.recurrent_layer(c), o, scratch);
       else
-        attention_block(h, l.attn, shape_, inv_freq_, plan, kv.layer(c), o, scratch_);
+        attention_block(h, l.attn, shape_, inv_freq_, plan, kv.layer(c), o, scratch);
       ops::add_inplace(x, o);
       ops::rms_norm(x, l.mlp_norm, cfg_.rms_eps, h);
       if (l.moe)
-        sparse_moe_block(h, l.experts, o, scratch_);
+        sparse_moe_block(h, l.experts, o, scratch);
       else
-        swiglu_mlp(h, l.mlp, o, scratch_);
+        swiglu_mlp(h, l.mlp, o, scratch);
       ops::add_inplace(x, o);
     }
-    output_logits(x, w_.final_norm, cfg_.rms_eps, w_.head, plan, logits, scratch_);
+    output_logits(x, w_.final_norm, cfg_.rms_eps, w_.head, plan, logits, scratch);
   }
 
- private:
   // Each row's recurrent slot, checked against the cache; rows starting at
   // position 0 get the empty state.
   std::vector<ops::RecurrentRow> recurrent_rows(std::span<const ForwardRow> rows, const BatchPlan& plan,
@@ -266,7 +298,8 @@ class HybridModel final : public Model {
   HybridWeights w_;
   AttentionShape shape_;
   std::vector<int64_t> cache_index_;  // per layer: KV layer or recurrent layer index
-  Scratch scratch_;
+  Scratch scratch_;                   // CPU forwards
+  DeviceForward device_forward_;      // accelerator forwards (own scratch)
   Tensor inv_freq_;  // [rot_dim / 2] f32
 };
 

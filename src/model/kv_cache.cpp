@@ -2,6 +2,7 @@
 #include "core/error.h"
 #include "model/model.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -33,14 +34,17 @@ KvCache::KvCache(const KvSpec& spec, int64_t n_blocks, int64_t block_size, const
     n_slots_ = 0;
     return;
   }
-  if (device != Device::CPU) fail("[kv_cache] recurrent state on ", device_name(device), " is not supported yet");
   if (n_slots <= 0) fail("[kv_cache] a model with recurrent layers needs at least one state slot");
+  // f32 on the cache's device, zero-filled.
   for (int64_t i = 0; i < recurrent.n_layer; ++i) {
     ops::RecurrentLayer l;
-    l.conv = Tensor::empty(DType::F32, {n_slots, recurrent.conv_tail, recurrent.conv_dim});
-    l.state = Tensor::empty(DType::F32, {n_slots, recurrent.n_head, recurrent.head_dim_k, recurrent.head_dim_v});
+    l.conv = empty_on(device, DType::F32, {n_slots, recurrent.conv_tail, recurrent.conv_dim});
+    l.state = empty_on(device, DType::F32, {n_slots, recurrent.n_head, recurrent.head_dim_k, recurrent.head_dim_v});
     recurrent_.push_back(std::move(l));
   }
+  if (device != Device::CPU)
+    zeros_ = empty_on(device, DType::F32, {std::max(recurrent.conv_tail * recurrent.conv_dim,
+                                                    recurrent.n_head * recurrent.head_dim_k * recurrent.head_dim_v)});
 }
 
 void KvCache::copy_block(int32_t src, int32_t dst) {
@@ -57,25 +61,43 @@ size_t state_floats(const RecurrentSpec& s) { return size_t(s.n_head * s.head_di
 
 }  // namespace
 
+namespace {
+
+// `n` floats of `t` from element `at` on, as a flat view.
+Tensor flat(const Tensor& t, size_t at, size_t n) {
+  const int64_t shape[] = {int64_t(n)};
+  const size_t offset = size_t(static_cast<const char*>(t.raw()) - static_cast<const char*>(t.buffer()->data()));
+  return Tensor::view_of(t.buffer(), offset + at * 4, DType::F32, shape, 1);
+}
+
+}  // namespace
+
 void KvCache::zero_slot(int32_t slot) {
   AUGUR_ASSERT(slot >= 0 && slot < n_slots_, "state slot out of range");
   const size_t nc = conv_floats(rspec_), ns = state_floats(rspec_);
   for (auto& l : recurrent_) {
-    std::memset(l.conv.data<float>() + size_t(slot) * nc, 0, nc * 4);
-    std::memset(l.state.data<float>() + size_t(slot) * ns, 0, ns * 4);
+    if (l.conv.device() == Device::CPU) {
+      std::memset(l.conv.data<float>() + size_t(slot) * nc, 0, nc * 4);
+      std::memset(l.state.data<float>() + size_t(slot) * ns, 0, ns * 4);
+    } else {
+      if (nc > 0) copy_tensor(flat(zeros_, 0, nc), flat(l.conv, size_t(slot) * nc, nc));
+      copy_tensor(flat(zeros_, 0, ns), flat(l.state, size_t(slot) * ns, ns));
+    }
   }
 }
 
-// Layout of a saved slot: for each recurrent layer, its conv tail then its state.
+// Layout of a saved slot: for each recurrent layer, its conv tail then its
+// state; on the cache's device, copied bit for bit.
 Tensor KvCache::save_slot(int32_t slot) const {
   AUGUR_ASSERT(slot >= 0 && slot < n_slots_, "state slot out of range");
   const size_t nc = conv_floats(rspec_), ns = state_floats(rspec_);
-  Tensor out = Tensor::empty(DType::F32, {int64_t(recurrent_.size() * (nc + ns))});
-  float* dst = out.data<float>();
+  const Device device = recurrent_.empty() ? Device::CPU : recurrent_.front().state.device();
+  Tensor out = empty_on(device, DType::F32, {int64_t(recurrent_.size() * (nc + ns))});
+  size_t at = 0;
   for (const auto& l : recurrent_) {
-    std::memcpy(dst, l.conv.data<float>() + size_t(slot) * nc, nc * 4);
-    std::memcpy(dst + nc, l.state.data<float>() + size_t(slot) * ns, ns * 4);
-    dst += nc + ns;
+    if (nc > 0) copy_tensor(flat(l.conv, size_t(slot) * nc, nc), flat(out, at, nc));
+    copy_tensor(flat(l.state, size_t(slot) * ns, ns), flat(out, at + nc, ns));
+    at += nc + ns;
   }
   return out;
 }
@@ -83,14 +105,14 @@ Tensor KvCache::save_slot(int32_t slot) const {
 void KvCache::load_slot(int32_t slot, const Tensor& saved) {
   AUGUR_ASSERT(slot >= 0 && slot < n_slots_, "state slot out of range");
   const size_t nc = conv_floats(rspec_), ns = state_floats(rspec_);
-  AUGUR_ASSERT(saved.defined() && saved.dtype() == DType::F32 &&
+  AUGUR_ASSERT(saved.defined() && saved.dtype() == DType::F32 && saved.is_contiguous() &&
                    size_t(saved.numel()) == recurrent_.size() * (nc + ns),
                "saved recurrent state of another shape");
-  const float* src = saved.data<float>();
+  size_t at = 0;
   for (auto& l : recurrent_) {
-    std::memcpy(l.conv.data<float>() + size_t(slot) * nc, src, nc * 4);
-    std::memcpy(l.state.data<float>() + size_t(slot) * ns, src + nc, ns * 4);
-    src += nc + ns;
+    if (nc > 0) copy_tensor(flat(saved, at, nc), flat(l.conv, size_t(slot) * nc, nc));
+    copy_tensor(flat(saved, at + nc, ns), flat(l.state, size_t(slot) * ns, ns));
+    at += nc + ns;
   }
 }
 

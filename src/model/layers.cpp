@@ -97,10 +97,10 @@ bool is_decode_step(const BatchPlan& plan) {
 
 }  // namespace
 
-DeviceForward::DeviceForward(Device device, int64_t n_vocab)
+DeviceForward::DeviceForward(Device device, int64_t n_vocab, bool graphs)
     : device_(device), n_vocab_(n_vocab), scratch_(device) {
   const char* env = std::getenv("AUGUR_CUDA_GRAPHS");
-  graphs_ = device == Device::CUDA && !(env && std::string(env) == "0");
+  graphs_ = graphs && device == Device::CUDA && !(env && std::string(env) == "0");
 }
 
 void DeviceForward::run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, const Body& body) {

@@ -77,7 +77,9 @@ class Scratch {
 class DeviceForward {
  public:
   using Body = std::function<void(const BatchPlan& plan, Scratch& scratch, const Tensor& logits)>;
-  DeviceForward(Device device, int64_t n_vocab);
+  // graphs false: every step runs eagerly (a body that uploads host data of
+  // its own per step cannot be replayed).
+  DeviceForward(Device device, int64_t n_vocab, bool graphs = true);
   void run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, const Body& body);
 
  private:

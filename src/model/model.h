@@ -103,6 +103,7 @@ class KvCache {
   RecurrentSpec rspec_;
   int64_t n_slots_ = 0;
   std::vector<ops::RecurrentLayer> recurrent_;
+  Tensor zeros_;  // accelerators: one slot's worth of zeros (zero_slot copies it)
 };
 
 struct ForwardRow {

@@ -17,7 +17,16 @@ struct MoeWeights {
   bool norm_topk = true;            // renormalise the kept routing weights
   MlpWeights shared;                // shared expert (shared.gate undefined: none)
   Tensor shared_gate;               // [1, d_model]: sigmoid gate of the shared expert
+  // The experts stacked (accelerators): when defined they replace `experts`,
+  // and one op (ops::moe_experts) runs every routed expert on the device.
+  Tensor stacked_gate_up;           // [n_expert, 2 d_ff_expert, d_model]: per expert gate rows, then up rows
+  Tensor stacked_down;              // [n_expert, d_model, d_ff_expert]
 };
+
+// Stacks the experts of `w` into stacked_gate_up / stacked_down (one dtype:
+// bf16 when the experts' 16-bit types differ) and drops the per-expert
+// tensors: the layout accelerators run.
+void stack_experts(MoeWeights& w);
 
 // Route each token to its top-k experts, sum their SwiGLU outputs weighted by
 // the routing weights (in ascending expert order), add the gated shared expert.

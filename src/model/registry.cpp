@@ -22,11 +22,11 @@ struct Family {
 constexpr Family kFamilies[] = {
     {"llama", make_llama, true},
     {"qwen3", make_qwen3, true},
-    {"qwen3_5", make_qwen3_5, false},          // text_config nested (multimodal checkpoint)
-    {"qwen3_5_text", make_qwen3_5, false},
-    {"qwen3_5_moe", make_qwen3_5_moe, false},  // text_config nested (multimodal checkpoint)
-    {"qwen3_5_moe_text", make_qwen3_5_moe, false},
-    {"qwen3_next", make_qwen3_next, false},
+    {"qwen3_5", make_qwen3_5, true},          // text_config nested (multimodal checkpoint)
+    {"qwen3_5_text", make_qwen3_5, true},
+    {"qwen3_5_moe", make_qwen3_5_moe, true},  // text_config nested (multimodal checkpoint)
+    {"qwen3_5_moe_text", make_qwen3_5_moe, true},
+    {"qwen3_next", make_qwen3_next, true},
 };
 
 void append_ids(const JsonConfig& cfg, const char* key, std::vector<int32_t>& ids) {

@@ -175,6 +175,8 @@ Tensor WeightSource::tensor_f32(std::string_view name, std::initializer_list<int
 }
 
 Tensor select_rows(const Tensor& w, const std::vector<int64_t>& rows) {
+  if (w.device() != Device::CPU)  // regrouped on the host, then placed back
+    return to_device(select_rows(to_device(w, Device::CPU), rows), w.device());
   AUGUR_ASSERT(w.ndim() == 2 && w.is_contiguous(), "select_rows of a 2-D contiguous weight");
   const int64_t shape[2] = {int64_t(rows.size()), w.dim(1)};
   Tensor out = Tensor::empty(w.dtype(), shape, 2);

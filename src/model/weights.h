@@ -74,8 +74,8 @@ class WeightSource {
   int64_t bytes_ = 0;
 };
 
-// A new host matrix holding rows `rows` of the 2-D weight `w`, in that order,
-// in w's dtype (regrouping fused projections at load time).
+// A new matrix holding rows `rows` of the 2-D weight `w`, in that order, in
+// w's dtype and on w's device (regrouping fused projections at load time).
 Tensor select_rows(const Tensor& w, const std::vector<int64_t>& rows);
 
 std::unique_ptr<WeightSource> checkpoint_weights(std::shared_ptr<const Checkpoint> ckpt);

@@ -151,6 +151,84 @@ void apply_penalties(float* logits, int64_t n_vocab, const PenaltyEntry* entries
 // rows: [n_rows] (device); out: [n_rows] (device)
 void sample(const float* logits, int64_t n_rows, int64_t n_vocab, const SampleRow* rows, int32_t* out, Stream s);
 
+// ---- Linear attention (Gated DeltaNet) --------------------------------------
+// Behind the ops of the same names in backend/ops.h (linear_attn.cu); each
+// reproduces its CPU op in backend/cpu/linear_attn_cpu.cpp.
+
+// One row of a flattened batch as the recurrent kernels read it (the layout
+// of ops::RecurrentRow): tokens [token_begin, token_begin + n_tokens)
+// continue the state in `slot`.
+struct RecurrentRow {
+  int32_t token_begin;
+  int32_t n_tokens;
+  int32_t slot;
+};
+
+// y[m, :] = x[m, begin : begin + n].  x: [M, N] f32; y: [M, n] f32
+void slice_cols(const float* x, int64_t M, int64_t N, int64_t begin, int64_t n, float* y, Stream s);
+
+// Causal depthwise conv1d over each row's tokens continuing its kept tail,
+// SiLU when `silu`; leaves the last K-1 inputs of each row in its slot.
+// x, out: [n_tokens, C] f32; w: [C, K] f32; rows: [n_rows] (device);
+// conv_state: [n_slots, K-1, C] f32; max_row_tokens: bound on any row's n_tokens.
+void causal_conv1d(const float* x, const float* w, int64_t C, int64_t K, const RecurrentRow* rows, int64_t n_rows,
+                   int64_t max_row_tokens, float* conv_state, bool silu, float* out, Stream s);
+
+// Per row y = x / sqrt(sum(x^2) + eps).  x, y: [M, D] f32 (may alias)
+void l2norm(const float* x, float eps, int64_t M, int64_t D, float* y, Stream s);
+
+// g = -exp(a_log) * softplus(a + dt_bias), beta = sigmoid(b).
+// a, b, g, beta: [n_tokens, n_head] f32; a_log, dt_bias: [n_head] f32
+void delta_rule_gates(const float* a, const float* b, const float* a_log, const float* dt_bias, int64_t n_tokens,
+                      int64_t n_head, float* g, float* beta, Stream s);
+
+// Shapes of one gated-delta-rule call.
+struct DeltaRuleDims {
+  int64_t n_head_k, n_head, head_dim_k, head_dim_v;
+};
+// The gated delta rule (see ops.h). q, k: [n_tokens, n_head_k, head_dim_k] f32;
+// v, out: [n_tokens, n_head, head_dim_v] f32; g, beta: [n_tokens, n_head] f32;
+// rows: [n_rows] (device); state: [n_slots, n_head, head_dim_k, head_dim_v] f32.
+// head_dim_k <= 256.
+// Recurrent form: one block per (row, value head, 32 state columns); the
+// state is read and written once per call, held in registers across tokens.
+void gated_delta_rule_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                                float scale, const DeltaRuleDims& dims, const RecurrentRow* rows, int64_t n_rows,
+                                float* state, float* out, Stream s);
+// Chunked form: one block per (row, value head, 32 state columns), chunks of
+// chunk_size (<= 64) tokens in shared memory, f32 throughout.
+void gated_delta_rule_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                              float scale, int64_t chunk_size, const DeltaRuleDims& dims, const RecurrentRow* rows,
+                              int64_t n_rows, float* state, float* out, Stream s);
+
+// Qwen3NextRMSNormGated: y = w * (x / sqrt(mean(x^2) + eps)) * silu(z).
+// x, z, y: [M, D] f32 (y may alias x); w: [D] f32
+void gated_rms_norm(const float* x, const float* z, const float* w, float eps, int64_t M, int64_t D, float* y,
+                    Stream s);
+
+// y = x * sigmoid(gate); gate [M, N], or [M] when per_row.  x, y: [M, N] f32 (may alias)
+void sigmoid_mul(const float* x, const float* gate, bool per_row, int64_t M, int64_t N, float* y, Stream s);
+
+// ---- Mixture of experts (moe.cu) ----------------------------------------------
+
+// Top-k routing over a softmax in f32 (ties to the lower expert id),
+// renormalised when `normalize`. logits: [n_tokens, n_expert];
+// weights: [n_tokens, top_k] f32; ids: [n_tokens, top_k] i32. top_k <= 32.
+void moe_route(const float* logits, int64_t n_tokens, int64_t n_expert, int64_t top_k, bool normalize,
+               float* weights, int32_t* ids, Stream s);
+
+// The routed experts' SwiGLU MLPs, summed with the routing weights per token
+// in ascending expert order (out overwritten). On the device throughout: the
+// (token, expert) pairs are sorted by expert, then two grouped GEMMs read
+// each routed expert's weights once per tile of up to 32 of its tokens.
+// x, out: [n_tokens, d_model] f32; gate_up: [n_expert, 2 * d_ff, d_model]
+// (per expert gate rows, then up rows) and down: [n_expert, d_model, d_ff],
+// of Half wt; ids, weights: [n_tokens, top_k]; workspace: moe_workspace_bytes().
+size_t moe_workspace_bytes(int64_t n_tokens, int64_t top_k, int64_t n_expert, int64_t d_model, int64_t d_ff);
+void moe_experts(const float* x, int64_t n_tokens, int64_t d_model, const half_bits* gate_up,
+                 const half_bits* down, Half wt, int64_t n_expert, int64_t d_ff, const int32_t* ids,
+                 const float* weights, int64_t top_k, float* out, void* workspace, Stream s);
+
 }  // namespace augur::cuda
 
 namespace augur::cuda {

@@ -54,6 +54,34 @@ void qkv_rope_store(const float*, int64_t, int64_t, int64_t, const float*, const
 }
 void apply_penalties(float*, int64_t, const PenaltyEntry*, int64_t, Stream) { no_cuda("apply_penalties"); }
 void sample(const float*, int64_t, int64_t, const SampleRow*, int32_t*, Stream) { no_cuda("sample"); }
+void slice_cols(const float*, int64_t, int64_t, int64_t, int64_t, float*, Stream) { no_cuda("slice_cols"); }
+void causal_conv1d(const float*, const float*, int64_t, int64_t, const RecurrentRow*, int64_t, int64_t, float*, bool,
+                   float*, Stream) {
+  no_cuda("causal_conv1d");
+}
+void l2norm(const float*, float, int64_t, int64_t, float*, Stream) { no_cuda("l2norm"); }
+void delta_rule_gates(const float*, const float*, const float*, const float*, int64_t, int64_t, float*, float*,
+                      Stream) {
+  no_cuda("delta_rule_gates");
+}
+void gated_delta_rule_recurrent(const float*, const float*, const float*, const float*, const float*, float,
+                                const DeltaRuleDims&, const RecurrentRow*, int64_t, float*, float*, Stream) {
+  no_cuda("gated_delta_rule_recurrent");
+}
+void gated_delta_rule_chunked(const float*, const float*, const float*, const float*, const float*, float, int64_t,
+                              const DeltaRuleDims&, const RecurrentRow*, int64_t, float*, float*, Stream) {
+  no_cuda("gated_delta_rule_chunked");
+}
+void gated_rms_norm(const float*, const float*, const float*, float, int64_t, int64_t, float*, Stream) {
+  no_cuda("gated_rms_norm");
+}
+void sigmoid_mul(const float*, const float*, bool, int64_t, int64_t, float*, Stream) { no_cuda("sigmoid_mul"); }
+void moe_route(const float*, int64_t, int64_t, int64_t, bool, float*, int32_t*, Stream) { no_cuda("moe_route"); }
+size_t moe_workspace_bytes(int64_t, int64_t, int64_t, int64_t, int64_t) { return 0; }
+void moe_experts(const float*, int64_t, int64_t, const half_bits*, const half_bits*, Half, int64_t, int64_t,
+                 const int32_t*, const float*, int64_t, float*, void*, Stream) {
+  no_cuda("moe_experts");
+}
 
 }  // namespace augur::cuda
 
