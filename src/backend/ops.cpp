@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <initializer_list>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -476,8 +478,30 @@ void require_all_on(const char* op, Device dev, std::initializer_list<std::pair<
 }
 
 // The rows of a recurrent op as a device array (the rows live on the host).
+// Arrays of recent calls are kept by content: a forward passes the same rows
+// to every layer, and decode steps pass the same rows step after step, so
+// they cross to the device once. (A kept array is never written.)
 std::shared_ptr<Buffer> upload_rows(std::span<const RecurrentRow> rows) {
-  return upload_bytes(rows.data(), std::max<size_t>(rows.size_bytes(), 1));
+  struct Kept {
+    std::vector<RecurrentRow> rows;
+    std::shared_ptr<Buffer> buf;
+  };
+  static std::mutex mu;
+  static auto* kept = new std::vector<Kept>();  // most recent first; lives until exit, as the allocator
+  constexpr size_t kKeep = 8;
+  std::lock_guard<std::mutex> lock(mu);
+  for (size_t i = 0; i < kept->size(); ++i) {
+    Kept& k = (*kept)[i];
+    if (k.rows.size() == rows.size() && std::memcmp(k.rows.data(), rows.data(), rows.size_bytes()) == 0) {
+      std::rotate(kept->begin(), kept->begin() + std::ptrdiff_t(i), kept->begin() + std::ptrdiff_t(i) + 1);
+      return kept->front().buf;
+    }
+  }
+  Kept k{std::vector<RecurrentRow>(rows.begin(), rows.end()),
+         upload_bytes(rows.data(), std::max<size_t>(rows.size_bytes(), 1))};
+  kept->insert(kept->begin(), std::move(k));
+  if (kept->size() > kKeep) kept->pop_back();
+  return kept->front().buf;
 }
 
 const cuda::RecurrentRow* rows_ptr(const std::shared_ptr<Buffer>& b) {
