@@ -29,13 +29,13 @@ echo "== test_cuda =="
 timeout 150 "$BIN/test_cuda" --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} 2>&1 | tee "$LOG/test_cuda.log"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 
-SMALL='CudaMatmul.SkinnySmall:CudaMatmul.SkinnySplitK:CudaMatmul.PreconvertedInput:CudaOps.*:CudaAttention.DecodeSmall:CudaAttention.PrefillSmall:CudaFused.*:CudaF16.ConvertMaxAbsEmbeddingStore:CudaF16.QkvRopeStoreWritesF16:CudaSampling.GreedyIsArgmax:CudaSampling.TopKTiesGoToLowerIds:CudaSampling.PenaltiesMatchCpu'
+SMALL='CudaMatmul.SkinnySmall:CudaMatmul.SkinnySplitK:CudaMatmul.PreconvertedInput:CudaOps.*:CudaAttention.DecodeSmall:CudaAttention.PrefillSmall:CudaFused.*:CudaF16.ConvertMaxAbsEmbeddingStore:CudaF16.QkvRopeStoreWritesF16:CudaSampling.GreedyIsArgmax:CudaSampling.TopKTiesGoToLowerIds:CudaSampling.PenaltiesMatchCpu:CudaHybridOps.*:Shapes/CudaDeltaRule.*/0'
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [[ "${SANITIZE:-1}" != 0 && -n "$SAN" ]]; then
   for tool in ${SAN_TOOLS:-memcheck racecheck synccheck}; do
     echo "== compute-sanitizer --tool $tool =="
     filter=$SMALL
-    [[ $tool == memcheck ]] || filter='CudaAttention.DecodeSmall:CudaAttention.PrefillSmall:CudaOps.Argmax:CudaOps.RmsNorm:CudaFused.QkvRopeStore:CudaSampling.TopKTiesGoToLowerIds:CudaSampling.DrawsFollowSoftmax'
+    [[ $tool == memcheck ]] || filter='CudaAttention.DecodeSmall:CudaAttention.PrefillSmall:CudaOps.Argmax:CudaOps.RmsNorm:CudaFused.QkvRopeStore:CudaSampling.TopKTiesGoToLowerIds:CudaSampling.DrawsFollowSoftmax:CudaHybridOps.MoeRouteMatchesCpu:CudaHybridOps.MoeExpertsMatchCpu:Shapes/CudaDeltaRule.*/0'
     timeout 90 "$SAN" --tool "$tool" --error-exitcode 3 "$BIN/test_cuda" --gtest_brief=1 --gtest_filter="$filter" \
       >"$LOG/sanitizer_$tool.log" 2>&1
     rc=$?
