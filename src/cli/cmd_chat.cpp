@@ -23,7 +23,7 @@ struct ChatArgs {
   std::string model = AUGUR_DEFAULT_MODEL;
   std::string system;
   int64_t max_tokens = 256;
-  SamplingParams sampling;
+  SamplingOptions sampling;
   std::vector<std::string> stops;
   int64_t ctx = 4096;
   int threads = 0;
@@ -31,7 +31,7 @@ struct ChatArgs {
 
 int chat(const ChatArgs& a) {
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
-  validate(a.sampling);
+  const SamplingParams sampling = a.sampling.resolve(a.model);
   const TextModel text = TextModel::load(a.model);
   if (!text.chat) fail("[cli] chat: ", a.model, " has no chat_template");
   const Device device = a.device.empty() ? default_device() : parse_device(a.device);
@@ -83,7 +83,7 @@ int chat(const ChatArgs& a) {
     TextSink sink(text.tokenizer, a.stops, /*print=*/true);
     GenerateOptions go;
     go.max_tokens = a.max_tokens;
-    go.sampling = a.sampling;
+    go.sampling = sampling;
     go.stop_ids = model->info().eos_ids;
     go.on_token = [&](int32_t t) { return sink.push(t); };
     const std::vector<int32_t> fresh(ids.begin() + long(keep), ids.end());
@@ -107,11 +107,7 @@ Handler add_chat(CLI::App& app) {
   cmd->add_option("model", a->model, "Model directory (with tokenizer.json and a chat template)")->capture_default_str();
   cmd->add_option("--system", a->system, "System message");
   cmd->add_option("-n,--max-tokens", a->max_tokens, "Most tokens per reply")->capture_default_str();
-  cmd->add_option("--temperature", a->sampling.temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--top-k", a->sampling.top_k, "Keep the k most likely tokens (0 = off)");
-  cmd->add_option("--top-p", a->sampling.top_p, "Nucleus sampling mass (1 = off)");
-  cmd->add_option("--min-p", a->sampling.min_p, "Drop tokens below min-p x the top probability");
-  cmd->add_option("--seed", a->sampling.seed, "Sampling seed");
+  a->sampling.add_to(cmd, /*penalties=*/false);
   cmd->add_option("--stop", a->stops, "Stop a reply when it contains this text (repeatable)");
   cmd->add_option("--ctx", a->ctx, "KV cache capacity in tokens")->capture_default_str();
   cmd->add_option("--device", a->device, "cpu | cuda (default: cuda when a GPU is present)");

@@ -39,6 +39,9 @@ std::vector<int32_t> parse_ids(const std::string& text, const char* option) {
 
 namespace {
 
+// The prompt of a plain `augur run`.
+constexpr const char* kDefaultPrompt = "It was a cold morning, and";
+
 struct RunArgs {
   std::string device;  // "" = CUDA where a GPU is present, else the CPU
   std::string model = AUGUR_DEFAULT_MODEL;
@@ -48,7 +51,7 @@ struct RunArgs {
   std::string system;               // optional system message for --chat
   std::vector<std::string> stops;
   int64_t max_tokens = 16;
-  SamplingParams sampling;
+  SamplingOptions sampling;
   bool ignore_eos = false;
   bool json = false;
   std::string logits_out;
@@ -61,16 +64,18 @@ struct RunArgs {
 int run(const RunArgs& a) {
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
   const int given = int(!a.prompt_ids.empty()) + int(!a.prompt.empty()) + int(!a.chat.empty());
-  if (given != 1) fail("[cli] run: give exactly one of --prompt-ids 1,2,3, --prompt TEXT or --chat TEXT");
-  validate(a.sampling);
+  if (given > 1) fail("[cli] run: give at most one of --prompt-ids 1,2,3, --prompt TEXT or --chat TEXT");
+  const SamplingParams sampling = a.sampling.resolve(a.model);
+  // No prompt: the default one, for a model with a tokenizer.
+  const std::string prompt_text = given == 0 ? std::string(kDefaultPrompt) : a.prompt;
   std::optional<TextModel> text;
   std::vector<int32_t> prompt;
   if (!a.prompt_ids.empty()) {
     prompt = parse_ids(a.prompt_ids, "--prompt-ids");
   } else {
     text.emplace(TextModel::load(a.model));
-    if (!a.prompt.empty()) {
-      prompt = text->encode_prompt(a.prompt);
+    if (!prompt_text.empty()) {
+      prompt = text->encode_prompt(prompt_text);
     } else {
       nlohmann::ordered_json messages = nlohmann::ordered_json::array();
       if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
@@ -97,7 +102,7 @@ int run(const RunArgs& a) {
 
   GenerateOptions go;
   go.max_tokens = a.max_tokens;
-  go.sampling = a.sampling;
+  go.sampling = sampling;
   if (!a.ignore_eos) go.stop_ids = info.eos_ids;
   go.prompt_logits = !a.logits_out.empty();
   std::optional<TextSink> sink;
@@ -151,19 +156,14 @@ Handler add_run(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "Generate tokens from a prompt");
   cmd->add_option("model", a->model, "Model directory (config.json + safetensors)")->capture_default_str();
   cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt as comma-separated token ids");
-  cmd->add_option("-p,--prompt", a->prompt, "Prompt as raw text (encoded with the model's tokenizer)");
+  cmd->add_option("-p,--prompt", a->prompt,
+                  std::string("Prompt as raw text (encoded with the model's tokenizer; default \"") + kDefaultPrompt +
+                      "\")");
   cmd->add_option("--chat", a->chat, "One user turn, rendered through the model's chat template");
   cmd->add_option("--system", a->system, "System message for --chat");
   cmd->add_option("--stop", a->stops, "Stop when the output contains this text (repeatable)");
   cmd->add_option("-n,--max-tokens", a->max_tokens, "Tokens to generate")->capture_default_str();
-  cmd->add_option("--temperature", a->sampling.temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--top-k", a->sampling.top_k, "Keep the k most likely tokens (0 = off)");
-  cmd->add_option("--top-p", a->sampling.top_p, "Nucleus sampling mass (1 = off)");
-  cmd->add_option("--min-p", a->sampling.min_p, "Drop tokens below min-p x the top probability");
-  cmd->add_option("--repetition-penalty", a->sampling.repetition_penalty, "transformers-style (1 = off)");
-  cmd->add_option("--presence-penalty", a->sampling.presence_penalty, "OpenAI-style (0 = off)");
-  cmd->add_option("--frequency-penalty", a->sampling.frequency_penalty, "OpenAI-style (0 = off)");
-  cmd->add_option("--seed", a->sampling.seed, "Sampling seed");
+  a->sampling.add_to(cmd, /*penalties=*/true);
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the model's EOS tokens");
   cmd->add_flag("--json", a->json, "Print one JSON object");
   cmd->add_option("--logits-out", a->logits_out, "Write prompt_logits [n_prompt, n_vocab] as safetensors");

@@ -96,10 +96,71 @@ TEST(Cli, RunJsonHasIdsAndTimings) {
   EXPECT_GT(j["timings"]["decode_tokens_per_s"].get<double>(), 0);
 }
 
-TEST(Cli, RunDefaultsToTheBuiltInModel) {
-  Result r = run("run --prompt-ids 23,72,345,366,42 -n 12");
+std::vector<int32_t> tiny_ids(const std::string& name) {
+  auto ref = SafetensorsFile::open(kData + "/augur_tiny/reference.safetensors");
+  Tensor t = ref->tensor(*ref->find(name));
+  return std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + t.numel());
+}
+
+std::string join_ids(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(id);
+  }
+  return s;
+}
+
+// The default model is augur-tiny (models/augur-tiny): greedy from held-out
+// text gives transformers' continuation.
+TEST(Cli, RunDefaultsToAugurTiny) {
+  Result r = run("run --prompt-ids " + join_ids(tiny_ids("greedy_prompt")) +
+                 " -n 24 --temperature 0 --ignore-eos --json");
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("458 298 330 243 413 9 207 226 501 413 212 212"), std::string::npos) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["model_type"], "qwen3_5_text");
+  EXPECT_EQ(j["ids"].get<std::vector<int32_t>>(), tiny_ids("greedy_0"));
+}
+
+// A bare `augur run`: the default model, the default prompt, and the
+// checkpoint's sampling defaults (generation_config.json: do_sample,
+// temperature 0.8, top_k 40, top_p 0.95) unless options override them.
+TEST(Cli, BareRunSamplesTextWithTheCheckpointDefaults) {
+  Result r = run("run -n 24");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("decode: "), std::string::npos) << r.out;
+  Result a = run("run -n 24 --seed 1 --json"), b = run("run -n 24 --seed 2 --json");
+  Result g1 = run("run -n 24 --seed 1 --temperature 0 --json"), g2 = run("run -n 24 --seed 2 --temperature 0 --json");
+  ASSERT_EQ(a.status, 0) << a.out;
+  const auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out);
+  EXPECT_GT(ja["text"].get<std::string>().size(), 40u) << a.out;
+  EXPECT_NE(ja["ids"], jb["ids"]);  // sampled: the seed matters
+  EXPECT_EQ(nlohmann::json::parse(g1.out)["ids"], nlohmann::json::parse(g2.out)["ids"]);  // greedy: it does not
+  EXPECT_EQ(ja["prompt_ids"], nlohmann::json::parse(g1.out)["prompt_ids"]);
+}
+
+TEST(Cli, PerplexityOfHeldOutText) {
+  const nlohmann::json ref = nlohmann::json::parse(std::ifstream(kData + "/augur_tiny/tokenizer_reference.json"));
+  const fs::path file = fs::temp_directory_path() / ("augur_ppl_" + std::to_string(::getpid()) + ".txt");
+  std::ofstream(file, std::ios::binary) << ref["text"].get<std::string>();
+  Result r = run("perplexity -f " + file.string() + " --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["text_tokens"], ref["ids"].size());
+  EXPECT_EQ(j["tokens"], ref["ids"].size() - 1);
+  EXPECT_EQ(j["windows"], 1);
+  // A trained model: far better than chance (8192), in the range of its
+  // held-out perplexity (60).
+  EXPECT_GT(j["ppl"].get<double>(), 5.0);
+  EXPECT_LT(j["ppl"].get<double>(), 400.0);
+  EXPECT_NEAR(std::log(j["ppl"].get<double>()), j["mean_nll"].get<double>(), 1e-9);
+  Result w = run("perplexity -f " + file.string() + " --window 100 --max-windows 3 --json");
+  ASSERT_EQ(w.status, 0) << w.out;
+  EXPECT_EQ(nlohmann::json::parse(w.out)["windows"], 3);
+  EXPECT_EQ(nlohmann::json::parse(w.out)["tokens"], 300);
+  expect_error(run("perplexity -f /nonexistent/text.txt"), {"/nonexistent/text.txt"});
+  expect_error(run("perplexity -f " + file.string() + " --window 0"), {"--window"});
+  fs::remove(file);
 }
 
 TEST(Cli, LogitsOutMatchesTheReference) {

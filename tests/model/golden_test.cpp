@@ -3,6 +3,7 @@
 // shared/tools/make_fixtures.py with transformers 5.17 in float32).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -121,6 +122,68 @@ TEST_P(Golden, LongPromptLastLogitsMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(Families, Golden,
                          ::testing::Values("llama", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_next"));
+
+}  // namespace
+}  // namespace augur
+
+namespace augur {
+namespace {
+
+// augur-tiny, the default model shipped in models/augur-tiny, against
+// transformers (f32, CPU) on its held-out text: reference written by
+// tools/train/train_tiny.py into tests/data/augur_tiny/reference.safetensors.
+const std::string kTiny = kData + "/../../models/augur-tiny";
+
+Reference tiny_reference() { return {SafetensorsFile::open(kData + "/augur_tiny/reference.safetensors")}; }
+
+TEST(AugurTiny, HeldOutLogitsMatchTransformers) {
+  auto model = load_model(kTiny);
+  const Reference ref = tiny_reference();
+  Tensor want = ref.get("logits_0");
+  Tensor got = forward_all(*model, ref.ids("prompt_0"));
+  ASSERT_EQ(got.numel(), want.numel());
+  const float err = max_abs_diff(got.data<float>(), want.data<float>(), want.numel());
+  std::printf("[golden] augur-tiny held-out (%lld tokens): max |logit - reference| = %.3g\n",
+              (long long)want.dim(0), err);
+  EXPECT_LT(err, 1e-3f);
+}
+
+TEST(AugurTiny, GreedyMatchesTransformers) {
+  auto model = load_model(kTiny);
+  const Reference ref = tiny_reference();
+  const auto want = ref.ids("greedy_0");
+  EXPECT_EQ(greedy(*model, ref.ids("greedy_prompt"), int(want.size())), want);
+}
+
+// Per-token NLL over a 1024-token held-out window (the perplexity protocol's
+// unit): each within 1e-3 nats, the mean within 1e-4 relative (so the
+// perplexities agree far inside 0.1%).
+TEST(AugurTiny, HeldOutWindowNllMatchesTransformers) {
+  auto model = load_model(kTiny);
+  const Reference ref = tiny_reference();
+  const auto ids = ref.ids("window_ids");
+  Tensor want = ref.get("window_nll");
+  ASSERT_EQ(int64_t(ids.size()), want.numel() + 1);
+  const std::vector<int32_t> input(ids.begin(), ids.end() - 1);
+  Tensor logits = forward_all(*model, input, 64);
+  const int64_t V = model->info().n_vocab;
+  double sum_got = 0, sum_want = 0, worst = 0;
+  for (int64_t t = 0; t < int64_t(input.size()); ++t) {
+    const float* row = logits.data<float>() + t * V;
+    const double mx = *std::max_element(row, row + V);
+    double z = 0;
+    for (int64_t v = 0; v < V; ++v) z += std::exp(double(row[v]) - mx);
+    const double nll = std::log(z) + mx - double(row[ids[size_t(t + 1)]]);
+    const double w = want.data<float>()[t];
+    worst = std::max(worst, std::fabs(nll - w));
+    sum_got += nll;
+    sum_want += w;
+  }
+  std::printf("[golden] augur-tiny window: mean NLL %.6f vs reference %.6f, worst token %.3g\n",
+              sum_got / double(input.size()), sum_want / double(input.size()), worst);
+  EXPECT_LT(worst, 1e-3);
+  EXPECT_NEAR(sum_got / sum_want, 1.0, 1e-4);
+}
 
 }  // namespace
 }  // namespace augur

@@ -111,3 +111,26 @@ INSTANTIATE_TEST_SUITE_P(Variants, Synthetic, testing::ValuesIn(synthetic_varian
 
 }  // namespace
 }  // namespace augur
+
+namespace augur {
+namespace {
+
+// augur-tiny's own tokenizer (byte-level BPE trained by tools/train/): the
+// start of its held-out text encodes as Hugging Face tokenizers encoded it.
+TEST(AugurTinyTokenizer, HeldOutTextMatchesHuggingFace) {
+  const std::string dir = std::string(AUGUR_TEST_DATA) + "/../../models/augur-tiny";
+  const nlohmann::json ref = test::read_json_file(std::string(AUGUR_TEST_DATA) + "/augur_tiny/tokenizer_reference.json");
+  const Tokenizer tok = Tokenizer::load(dir + "/tokenizer.json");
+  const std::string text = ref.at("text").get<std::string>();
+  const auto ids = ref.at("ids").get<std::vector<int32_t>>();
+  EXPECT_EQ(tok.encode(text), ids);
+  EXPECT_EQ(tok.decode(ids), text);
+  // The special tokens are whole tokens wherever they appear.
+  std::vector<int32_t> turn = {1};
+  for (int32_t id : tok.encode("user\nhi")) turn.push_back(id);
+  turn.push_back(2);
+  EXPECT_EQ(tok.encode("<|im_start|>user\nhi<|im_end|>"), turn);
+}
+
+}  // namespace
+}  // namespace augur

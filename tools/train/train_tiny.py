@@ -27,6 +27,7 @@ import json
 import math
 import os
 import random
+import re
 import time
 
 import torch
@@ -91,17 +92,31 @@ def tokenizer_config():
 
 # ---------------------------------------------------------------- chat data
 
-def chat_turns(doc):
+QUESTIONS = ["What is {}?", "Define {}.", "What does {} mean?", "Tell me about {}.", "What is the meaning of {}?"]
+POS = r"(?:n|v|vt|vi|adj|adv|interj|pron|prep|conj|pref|suff|abbrev|excl|x)\."
+
+
+def chat_turns(doc, rng):
     """Dictionary entries (Jargon File, Devil's Dictionary) also as ChatML
-    turns, so that `augur chat` answers 'What is X?' in the corpus' voice."""
+    turns, so that `augur chat` answers 'What is X?' in the corpus' voice.
+    Devil: 'WORD, n. definition' paragraphs. Jargon: a headword line
+    ('word /pron/, n.') followed by the entry's first paragraph."""
+    paras = [p.strip() for p in doc["text"].split("\n\n") if p.strip()]
     out = []
-    for para in doc["text"].split("\n\n"):
-        head, sep, body = para.partition(": ")
-        if not sep or not (1 <= len(head) <= 40) or len(body) < 40 or "\n" in head:
-            continue
-        q = random.choice(["What is {}?", "Define {}.", "What does {} mean?", "Tell me about {}."])
-        out.append((q.format(head.strip()), para.strip()))
-    return out
+    if doc["source"] == "devil":
+        for p in paras:
+            m = re.match(r"^([A-Z][A-Z' .\-]{0,38}?), " + POS + r"(?:\s*(?:and|or)\s*" + POS + r")?\s+\S", p)
+            if m and len(p) >= 40:
+                out.append((m.group(1).title(), p))
+    elif doc["source"] == "jargon":
+        for head, body in zip(paras, paras[1:]):
+            if len(head) > 80 or "\n" in head or len(body) < 60:
+                continue
+            m = re.match(r"^(.{1,40}?)(?: /[^/]+/)?(?:, " + POS + r".*)?$", head)
+            if not m or head.count(" ") > 6 or re.search(r"[.!?]$", head) and not re.search(POS + r"$", head):
+                continue
+            out.append((m.group(1).strip(), body))
+    return [(rng.choice(QUESTIONS).format(w), a) for w, a in out]
 
 
 # ---------------------------------------------------------------- model
@@ -213,6 +228,7 @@ def main():
     ap.add_argument("--mtp-weight", type=float, default=0.3)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--eval-window", type=int, default=1024)
+    ap.add_argument("--smoke", action="store_true", help="the whole pipeline on a sliver of the corpus, in seconds")
     a = ap.parse_args()
 
     import transformers
@@ -229,6 +245,9 @@ def main():
 
     train_docs = read_jsonl(os.path.join(a.corpus, "train.jsonl"))
     held_docs = read_jsonl(os.path.join(a.corpus, "heldout.jsonl"))
+    if a.smoke:
+        train_docs, held_docs = train_docs[:40] + train_docs[-60:], held_docs[:3]
+        a.vocab, a.tokens, a.budget, a.batch = 1024, 2e5, 4.0, 8
     log(f"corpus: {len(train_docs)} train docs, {len(held_docs)} held-out docs")
 
     # Tokenizer, on the training part only.
@@ -255,8 +274,7 @@ def main():
     n_plain = len(stream)
     chats = []
     for d in train_docs:
-        if d["source"] in ("jargon", "devil"):
-            chats.extend(chat_turns(d))
+        chats.extend(chat_turns(d, rng))
     chat_texts = [f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n{r}<|im_end|>\n" for q, r in chats]
     for e in tok.encode_batch(chat_texts, add_special_tokens=False):
         stream.extend(e.ids)
@@ -392,7 +410,12 @@ def main():
         lp = F.log_softmax(cpu(w[:, :-1], use_cache=False).logits[0].float(), -1)
         ref_tensors["window_ids"] = w[0].to(torch.int32)
         ref_tensors["window_nll"] = (-lp.gather(1, w[0, 1:, None])[:, 0]).contiguous()
-    save_file(ref_tensors, os.path.join(a.out, "reference.safetensors"))
+    # The tokenizer's own check: the start of the held-out text and its ids.
+    ref_text = held_text[:3000]
+    ref_tensors["text_ids"] = torch.tensor(tok.encode(ref_text, add_special_tokens=False).ids, dtype=torch.int32)
+    save_file(ref_tensors, os.path.join(a.out, "reference.safetensors"), metadata={"text": ref_text})
+    with open(os.path.join(a.out, "heldout.txt"), "w", encoding="utf-8") as f:
+        f.write(held_text)
 
     samples = []
     for prompt in ["The", "Call me", "Mr. Speaker,", "HACKER, n."]:
