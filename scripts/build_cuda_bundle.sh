@@ -17,7 +17,13 @@ targets=(test_cuda cuda_bench)
 if cmake --build "$BUILD" --target help | grep -q '^augur:'; then targets+=(augur); fi
 cmake --build "$BUILD" --target "${targets[@]}" -j"$JOBS"
 
-mkdir -p .dev
-cp "$BUILD/tests/test_cuda" "$BUILD/tests/cuda_bench" .dev/
-if [[ -x "$BUILD/bin/augur" ]]; then cp "$BUILD/bin/augur" .dev/; fi
+# Stripped and xz-compressed: the carried tree must stay under 64 MiB next to
+# the repository (models/augur-tiny alone is 41 MB). cuda_device_test.sh
+# unpacks it.
+rm -rf .dev && mkdir -p .dev/bin
+cp "$BUILD/tests/test_cuda" "$BUILD/tests/cuda_bench" .dev/bin/
+if [[ -x "$BUILD/bin/augur" ]]; then cp "$BUILD/bin/augur" .dev/bin/; fi
+strip .dev/bin/*
+tar -C .dev/bin -cJf .dev/bundle.tar.xz .
+rm -rf .dev/bin
 ls -l .dev

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # The one command for the GPU machine: CUDA op tests, compute-sanitizer on a
 # reduced subset (where it works: not under gVisor), then the kernel benchmark.
-# Binaries come from scripts/build_cuda_bundle.sh, carried in .dev/:
+# Binaries come from scripts/build_cuda_bundle.sh, carried in .dev/ (bundle.tar.xz):
 #   run: bash scripts/cuda_device_test.sh        carry: [".dev"]
 # Env: BENCH_ARGS (e.g. --quick), SANITIZE=0 to skip the sanitizer (SAN_TOOLS picks its tools), GTEST_FILTER,
-# KERNEL_BENCH=0 / ENGINE_BENCH=0 to skip a benchmark; PROMPT GEN BATCHES CONTEXTS for augur bench.
+# KERNEL_BENCH=0 / ENGINE_BENCH=0 / HYBRID_BENCH=0 to skip a benchmark; PROMPT GEN BATCHES CONTEXTS for augur bench.
 # Logs go to $OUT (the device tool's return folder) when set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.dev}
 LOG=${OUT:-/tmp/augur-cuda-logs}
 mkdir -p "$LOG"
+if [[ -f "$BIN/bundle.tar.xz" && ! -x "$BIN/test_cuda" ]]; then tar -C "$BIN" -xJf "$BIN/bundle.tar.xz"; fi
 
 # libcublasLt.so.13 from the pip package nvidia-cublas when the system has none.
 if ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt.so.13'; then
@@ -58,5 +59,12 @@ if [[ "${ENGINE_BENCH:-1}" != 0 && -x "$BIN/augur" ]]; then
   timeout 300 "$BIN/augur" bench --device cuda --synthetic qwen3-8b --prompt "${PROMPT:-2048}" --gen "${GEN:-64}" \
     --batch "${BATCHES:-1,8,32,128}" --context "${CONTEXTS:-128,8192}" --json 2>"$LOG/augur_bench.err" | tee "$LOG/augur_bench.json"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || { status=1; tail -n 5 "$LOG/augur_bench.err"; }
+fi
+# The hybrid family (issue 5): the Qwen3.5-27B shape, prefill 2048 and 16384.
+if [[ "${HYBRID_BENCH:-1}" != 0 && -x "$BIN/augur" ]]; then
+  echo "== augur bench --device cuda --synthetic qwen3.5-27b =="
+  timeout 300 "$BIN/augur" bench --device cuda --synthetic qwen3.5-27b --prompt "${HYBRID_PROMPTS:-2048,16384}" \
+    --gen "${GEN:-32}" --batch "${HYBRID_BATCHES:-1}" --json 2>"$LOG/hybrid_bench.err" | tee "$LOG/hybrid_bench.json"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || { status=1; tail -n 5 "$LOG/hybrid_bench.err"; }
 fi
 exit $status

@@ -104,8 +104,11 @@ DecodeFigures time_decode(Model& model, int64_t batch, int64_t context, int64_t 
   synchronize(info.device);
   f.forward_seconds = seconds(t0, Clock::now());
   f.tokens_per_s = double(batch * steps) / f.seconds;
-  // A step reads every weight once, plus the K/V of every row's context.
-  f.bytes_per_step = double(info.decode_weight_bytes) + double(info.kv.bytes_per_token(info.device)) * kv_tokens / double(steps);
+  // A step reads every weight once, plus the K/V of every row's context, and
+  // reads and writes each row's recurrent state (hybrid models).
+  f.bytes_per_step = double(info.decode_weight_bytes) +
+                     double(info.kv.bytes_per_token(info.device)) * kv_tokens / double(steps) +
+                     2.0 * double(info.recurrent.bytes_per_slot()) * double(batch);
   f.bytes_per_s = f.bytes_per_step * double(steps) / f.seconds;
   return f;
 }
@@ -113,7 +116,7 @@ DecodeFigures time_decode(Model& model, int64_t batch, int64_t context, int64_t 
 struct BenchArgs {
   std::string device;  // "" = CUDA where a GPU is present, else the CPU
   std::string synthetic;
-  int64_t prompt = 512;
+  std::string prompts = "512";
   int64_t gen = 32;
   std::string batches = "1";
   std::string contexts;
@@ -133,7 +136,9 @@ std::vector<int64_t> parse_list(const std::string& text, const char* option) {
 int bench(const BenchArgs& a) {
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
   if (a.synthetic.empty()) fail("[bench] give --synthetic NAME");
-  if (a.prompt <= 0 || a.gen <= 0) fail("[bench] --prompt and --gen must be positive");
+  if (a.gen <= 0) fail("[bench] --gen must be positive");
+  const std::vector<int64_t> prompts = parse_list(a.prompts, "--prompt");
+  const int64_t prompt_len = prompts[0];  // the decode runs' context
   const auto names = synthetic_model_names();
   if (std::find(names.begin(), names.end(), a.synthetic) == names.end())
     make_synthetic_model(a.synthetic);  // throws, listing the known shapes
@@ -150,30 +155,34 @@ int bench(const BenchArgs& a) {
   const ModelInfo& info = model->info();
   std::mt19937 rng(7);
 
-  // Prefill: one sequence, the whole prompt in one forward.
-  std::fprintf(stderr, "prefill %lld tokens...\n", (long long)a.prompt);
-  double prefill_s;
-  {
+  // Prefill: one sequence, the whole prompt in one forward, per prompt length.
+  struct PrefillFigures {
+    int64_t tokens;
+    double seconds, tokens_per_s, tflops;
+  };
+  std::vector<PrefillFigures> prefill;
+  for (int64_t n : prompts) {
+    std::fprintf(stderr, "prefill %lld tokens...\n", (long long)n);
     RunnerOptions ro;
-    ro.max_cached_tokens = 2 * (a.prompt + 16);
-    ro.prefill_chunk = a.prompt;
+    ro.max_cached_tokens = 2 * (n + 16);
+    ro.prefill_chunk = n;
+    ro.max_sequences = 2;
     Runner runner(*model, ro);
-    const auto prompt = random_ids(a.prompt, info.n_vocab, rng);
+    const auto prompt = random_ids(n, info.n_vocab, rng);
     runner.feed(*runner.new_sequence(), prompt);  // warm-up: allocations, kernel selection
     auto seq = runner.new_sequence();
     synchronize(device);
     auto t0 = Clock::now();
     runner.feed(*seq, prompt);
-    prefill_s = seconds(t0, Clock::now());
+    const double sec = seconds(t0, Clock::now());
+    prefill.push_back({n, sec, double(n) / sec, 2.0 * double(info.n_params) * double(n) / sec / 1e12});
   }
-  const double prefill_tps = double(a.prompt) / prefill_s;
-  const double prefill_flops = 2.0 * double(info.n_params) * double(a.prompt);
 
   std::vector<DecodeFigures> decode;
   for (int64_t b : batches) {
-    std::fprintf(stderr, "decode: batch %lld, context %lld, %lld steps...\n", (long long)b, (long long)a.prompt,
+    std::fprintf(stderr, "decode: batch %lld, context %lld, %lld steps...\n", (long long)b, (long long)prompt_len,
                  (long long)a.gen);
-    decode.push_back(time_decode(*model, b, a.prompt, a.gen, rng));
+    decode.push_back(time_decode(*model, b, prompt_len, a.gen, rng));
   }
   for (int64_t c : contexts) {
     std::fprintf(stderr, "decode: batch 1, context %lld, %lld steps...\n", (long long)c, (long long)a.gen);
@@ -198,10 +207,12 @@ int bench(const BenchArgs& a) {
                           {"n_params", info.n_params},
                           {"weight_bytes", info.weight_bytes},
                           {"copy_bandwidth_bytes_per_s", copy_bw},
-                          {"prefill_tokens", a.prompt},
-                          {"prefill_tokens_per_s", prefill_tps},
-                          {"prefill_tflops", prefill_flops / prefill_s / 1e12},
+                          {"prefill_tokens", prefill[0].tokens},
+                          {"prefill_tokens_per_s", prefill[0].tokens_per_s},
+                          {"prefill_tflops", prefill[0].tflops},
                           {"decode", d}};
+    for (const auto& p : prefill)
+      out["prefill"].push_back({{"tokens", p.tokens}, {"tokens_per_s", p.tokens_per_s}, {"tflops", p.tflops}});
     // The batch-1 figures at the top level, for scripts.
     if (!decode.empty()) {
       out["decode_tokens_per_s"] = decode[0].tokens_per_s;
@@ -214,8 +225,9 @@ int bench(const BenchArgs& a) {
               double(info.n_params) / 1e9, double(info.weight_bytes) / 1e9, std::string(device_name(device)).c_str(),
               device == Device::CPU ? (", " + std::to_string(threads) + " threads").c_str() : "");
   std::printf("copy bandwidth   %.2f GB/s (read + write)\n", copy_bw / 1e9);
-  std::printf("prefill          %lld tokens: %.1f tok/s (%.2f TFLOP/s)\n", (long long)a.prompt, prefill_tps,
-              prefill_flops / prefill_s / 1e12);
+  for (const auto& p : prefill)
+    std::printf("prefill          %lld tokens: %.1f tok/s (%.2f TFLOP/s)\n", (long long)p.tokens, p.tokens_per_s,
+                p.tflops);
   for (const auto& f : decode)
     std::printf("decode           batch %lld, context %lld: %.2f tok/s, %.3f ms/step (forward alone %.3f), %.1f GB/s = %.1f%% of copy bandwidth\n",
                 (long long)f.batch, (long long)f.context, f.tokens_per_s, 1e3 * f.seconds / double(f.steps),
@@ -233,7 +245,8 @@ Handler add_bench(CLI::App& app) {
     for (const auto& n : synthetic_model_names()) s += (s.empty() ? "" : ", ") + n;
     return s;
   }())->required();
-  cmd->add_option("--prompt", a->prompt, "Prefill length, and the context of the decode runs")->capture_default_str();
+  cmd->add_option("--prompt", a->prompts, "Prefill lengths, e.g. 2048,16384; the first is the decode runs' context")
+      ->capture_default_str();
   cmd->add_option("--gen", a->gen, "Decode steps")->capture_default_str();
   cmd->add_option("--batch", a->batches, "Decode batch sizes, e.g. 1,8,32,128")->capture_default_str();
   cmd->add_option("--context", a->contexts, "Extra batch-1 decode runs at these context lengths, e.g. 128,8192");

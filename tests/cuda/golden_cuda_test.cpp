@@ -3,6 +3,7 @@
 // scripts/cuda_device_test.sh; CI only compiles this file).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -52,27 +53,53 @@ class CudaGolden : public ::testing::TestWithParam<std::string> {
   std::shared_ptr<SafetensorsFile> ref_;
 };
 
-TEST_P(CudaGolden, PromptLogitsWithinBf16Tolerance) {
-  auto model = load_model(dir_, Device::CUDA);
-  for (int i = 0; ref_->find("prompt_" + std::to_string(i)); ++i) {
-    auto prompt = ref_ids(ref_, "prompt_" + std::to_string(i));
-    Tensor want = ref_tensor(ref_, "logits_" + std::to_string(i));
-    Runner runner(*model, {});
+// Max |logit - reference| over the fixture's prompts (and the last 8 logits of
+// its long prompt, where it has one).
+float prompt_logit_error(Model& model, const std::shared_ptr<SafetensorsFile>& ref, const std::string& name,
+                         const char* label) {
+  float worst = 0;
+  for (int i = 0; ref->find("prompt_" + std::to_string(i)); ++i) {
+    auto prompt = ref_ids(ref, "prompt_" + std::to_string(i));
+    Tensor want = ref_tensor(ref, "logits_" + std::to_string(i));
+    Runner runner(model, {});
     Tensor got = runner.feed(*runner.new_sequence(), prompt, true);
     const float err = max_abs_diff(got.data<float>(), want.data<float>(), want.numel());
-    std::printf("[cuda golden] %s case %d: max |logit - reference| = %.3g\n", GetParam().c_str(), i, err);
-    EXPECT_LT(err, 2e-2f);
+    std::printf("[cuda golden] %s%s case %d: max |logit - reference| = %.3g\n", name.c_str(), label, i, err);
+    worst = std::max(worst, err);
   }
-  if (ref_->find("prompt_long")) {
-    auto prompt = ref_ids(ref_, "prompt_long");
-    Tensor want = ref_tensor(ref_, "logits_long_last8");
-    Runner runner(*model, {});
+  if (ref->find("prompt_long")) {
+    auto prompt = ref_ids(ref, "prompt_long");
+    Tensor want = ref_tensor(ref, "logits_long_last8");
+    Runner runner(model, {});
     Tensor got = runner.feed(*runner.new_sequence(), prompt, true);
     const int64_t V = want.dim(1), n = int64_t(prompt.size());
     const float err = max_abs_diff(got.data<float>() + (n - 8) * V, want.data<float>(), 8 * V);
-    std::printf("[cuda golden] %s long: max |logit - reference| = %.3g\n", GetParam().c_str(), err);
-    EXPECT_LT(err, 2e-2f);
+    std::printf("[cuda golden] %s%s long: max |logit - reference| = %.3g\n", name.c_str(), label, err);
+    worst = std::max(worst, err);
   }
+  return worst;
+}
+
+// Dense families: within bf16 tolerance as they run. The hybrid fixtures
+// (random weights) amplify any rounding of the Gated DeltaNet's projection
+// inputs ~1000-fold (on the CPU, rounding only those inputs to f16 moves their
+// logits by 0.07-1.6, the trained augur-tiny's by 0.004): their kernels are
+// checked with the matmuls on f32 products, within 2e-3 of the reference; the
+// trained model checks the hybrid path as it runs (AugurTinyCuda below).
+TEST_P(CudaGolden, PromptLogitsWithinBf16Tolerance) {
+  auto model = load_model(dir_, Device::CUDA);
+  const bool hybrid = model->info().recurrent.n_layer > 0;
+  const float err = prompt_logit_error(*model, ref_, GetParam(), "");
+  if (!hybrid) {
+    EXPECT_LT(err, 2e-2f);
+    return;
+  }
+  cuda::detail::Precision& prec = cuda::detail::precision();
+  const cuda::detail::Precision saved = prec;
+  prec.exact_matmul = true;
+  const float exact = prompt_logit_error(*model, ref_, GetParam(), " (f32-product matmuls)");
+  prec = saved;
+  EXPECT_LT(exact, 2e-3f);
 }
 
 // Greedy tokens equal the reference's wherever the reference's top-2 margin
@@ -245,6 +272,82 @@ TEST_P(CudaGolden, PrecisionBreakdown) {
 // eager runs there.)
 INSTANTIATE_TEST_SUITE_P(Families, CudaGolden,
                          ::testing::Values("llama", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_next"));
+
+// augur-tiny (models/augur-tiny), a trained Qwen3.5 hybrid, on CUDA as it
+// runs (f16 weights and GEMM inputs, f16 K/V) against transformers' f32
+// reference on held-out text (tests/data/augur_tiny/reference.safetensors).
+class AugurTinyCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(device_available(Device::CUDA)) << "no GPU";
+    ref_ = SafetensorsFile::open(kData + "/augur_tiny/reference.safetensors");
+  }
+  const std::string dir_ = kData + "/../../models/augur-tiny";
+  std::shared_ptr<SafetensorsFile> ref_;
+};
+
+TEST_F(AugurTinyCuda, HeldOutLogitsWithinBf16Tolerance) {
+  auto model = load_model(dir_, Device::CUDA);
+  Tensor want = ref_tensor(ref_, "logits_0");
+  Runner runner(*model, {});
+  Tensor got = runner.feed(*runner.new_sequence(), ref_ids(ref_, "prompt_0"), true);
+  const float err = max_abs_diff(got.data<float>(), want.data<float>(), want.numel());
+  std::printf("[cuda golden] augur-tiny held-out: max |logit - reference| = %.3g\n", err);
+  EXPECT_LT(err, 2e-2f);
+}
+
+// Greedy from held-out text equals transformers' wherever the CPU model
+// (exact against it) sees a top-2 margin above 0.05.
+TEST_F(AugurTinyCuda, GreedyMatchesWhereTheMarginIsClear) {
+  auto gpu = load_model(dir_, Device::CUDA);
+  auto cpu = load_model(dir_, Device::CPU);
+  const auto want = ref_ids(ref_, "greedy_0");
+  Runner rg(*gpu, {}), rc(*cpu, {});
+  auto sg = rg.new_sequence(), sc = rc.new_sequence();
+  const auto prompt = ref_ids(ref_, "greedy_prompt");
+  Tensor lg = rg.feed(*sg, prompt), lc = rc.feed(*sc, prompt);
+  int checked = 0;
+  for (size_t step = 0; step < want.size(); ++step) {
+    auto top = top_k(row(lc, 0), 2);
+    ASSERT_EQ(top[0].second, want[step]) << "CPU reference drifted";
+    if (top[0].first - top[1].first <= 0.05f) break;
+    ASSERT_EQ(argmax(row(lg, 0)), want[step]) << "step " << step;
+    ++checked;
+    lg = rg.feed(*sg, std::span<const int32_t>(&want[step], 1));
+    lc = rc.feed(*sc, std::span<const int32_t>(&want[step], 1));
+  }
+  std::printf("[cuda golden] augur-tiny: %d greedy steps checked\n", checked);
+  EXPECT_GT(checked, 3);
+}
+
+// The perplexity unit: mean NLL over a 1024-token held-out window within 0.1%
+// of transformers', each token within 0.05 nats.
+TEST_F(AugurTinyCuda, HeldOutWindowNllMatchesTransformers) {
+  auto model = load_model(dir_, Device::CUDA);
+  const auto ids = ref_ids(ref_, "window_ids");
+  Tensor want = ref_tensor(ref_, "window_nll");
+  const std::vector<int32_t> input(ids.begin(), ids.end() - 1);
+  RunnerOptions ro;
+  ro.max_cached_tokens = 2048;
+  Runner runner(*model, ro);
+  Tensor logits = runner.feed(*runner.new_sequence(), input, true);
+  const int64_t V = model->info().n_vocab;
+  double got = 0, ref = 0, worst = 0;
+  for (int64_t t = 0; t < int64_t(input.size()); ++t) {
+    const float* r = logits.data<float>() + t * V;
+    const double mx = *std::max_element(r, r + V);
+    double z = 0;
+    for (int64_t v = 0; v < V; ++v) z += std::exp(double(r[v]) - mx);
+    const double nll = std::log(z) + mx - double(r[ids[size_t(t + 1)]]);
+    worst = std::max(worst, std::fabs(nll - double(want.data<float>()[t])));
+    got += nll;
+    ref += want.data<float>()[t];
+  }
+  std::printf("[cuda golden] augur-tiny window: mean NLL %.6f vs reference %.6f, worst token %.3g\n",
+              got / double(input.size()), ref / double(input.size()), worst);
+  EXPECT_NEAR(got / ref, 1.0, 1e-3);
+  EXPECT_LT(worst, 0.05);
+}
 
 }  // namespace
 }  // namespace augur

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cuda/detail.h"
 #include "backend/device.h"
 #include "io/safetensors.h"
 #include "runtime/runner.h"
@@ -98,8 +99,15 @@ TEST_P(CudaHybrid, CaptureRestoreContinueIsBitExact) {
 }
 
 // Prefill in chunks of 7 (recurrent form), 37 (chunked form with partial
-// chunks) and all at once: the same logits within rounding.
+// chunks) and all at once: the same logits within rounding. Matmuls on f32
+// products: chunk length also picks the GEMM kernel (and with it the rounding
+// of its inputs), which these random-weight fixtures amplify ~1000-fold
+// (golden_cuda_test.cpp); this checks the recurrence's two forms and the state
+// handed between chunks.
 TEST_P(CudaHybrid, ChunkedPrefillEqualsOneShot) {
+  cuda::detail::Precision& prec = cuda::detail::precision();
+  const cuda::detail::Precision saved = prec;
+  prec.exact_matmul = true;
   auto model = load_model(dir(), Device::CUDA);
   std::vector<int32_t> prompt;
   for (int i = 0; i < 150; ++i) prompt.push_back((i * 37 + 11) % int32_t(model->info().n_vocab));
@@ -117,8 +125,9 @@ TEST_P(CudaHybrid, ChunkedPrefillEqualsOneShot) {
     const float err = max_abs_diff(last_logits(chunk), whole);
     std::printf("[cuda hybrid] %s: prefill in chunks of %ld vs one shot: max |diff| = %.3g\n", GetParam().c_str(),
                 long(chunk), err);
-    EXPECT_LT(err, 2e-2f) << "chunk " << chunk;
+    EXPECT_LT(err, 2e-3f) << "chunk " << chunk;
   }
+  prec = saved;
 }
 
 // The recurrent state after a prompt on CUDA against the CPU's (f32 exact
