@@ -201,7 +201,7 @@ DeviceBatch upload_batch(Device d, std::span<const int32_t> tokens, std::span<co
   // One device buffer holds the five arrays back to back, so that a step
   // refills them with one copy.
   const int64_t n_rows = int64_t(rows.size());
-  Tensor all = empty_on(d, DType::I32, {4 * n + n_rows * max_blocks});
+  Tensor all = empty_on(d, DType::I32, {4 * n + n_rows * max_blocks + 3 * n_rows});
   auto part = [&](int64_t at, std::initializer_list<int64_t> shape) {
     return Tensor::view_of(all.buffer(), size_t(at) * 4, DType::I32, shape.begin(), int(shape.size()));
   };
@@ -210,6 +210,7 @@ DeviceBatch upload_batch(Device d, std::span<const int32_t> tokens, std::span<co
   b.slot_mapping = part(2 * n, {n});
   b.token_row = part(3 * n, {n});
   b.block_tables = part(4 * n, {n_rows, max_blocks});
+  b.recurrent_rows = part(4 * n + n_rows * max_blocks, {n_rows, 3});
   reupload_batch(b, tokens, rows, block_size);
   return b;
 }
@@ -219,14 +220,18 @@ void reupload_batch(const DeviceBatch& into, std::span<const int32_t> tokens, st
   const int64_t n = int64_t(tokens.size());
   require(into.tokens.numel() == n && into.block_tables.dim(0) == int64_t(rows.size()), "upload_batch",
           "layout of another size");
-  std::vector<int32_t> host(size_t(4 * n + into.block_tables.numel()), -1);
+  std::vector<int32_t> host(size_t(4 * n + into.block_tables.numel() + into.recurrent_rows.numel()), -1);
   int32_t* positions = host.data() + n;
   int32_t* slots = positions + n;
   int32_t* token_row = slots + n;
   int32_t* tables = token_row + n;
+  int32_t* recurrent = tables + into.block_tables.numel();
   std::copy(tokens.begin(), tokens.end(), host.begin());
   for (size_t r = 0; r < rows.size(); ++r) {
     const AttnRow& row = rows[r];
+    recurrent[3 * r] = row.token_begin;
+    recurrent[3 * r + 1] = row.n_tokens;
+    recurrent[3 * r + 2] = row.state_slot;
     const size_t n_blocks = std::min(row.block_table.size(), size_t(into.max_blocks));
     std::copy_n(row.block_table.begin(), n_blocks, tables + r * size_t(into.max_blocks));
     for (int32_t i = 0; i < row.n_tokens; ++i) {
@@ -504,8 +509,15 @@ std::shared_ptr<Buffer> upload_rows(std::span<const RecurrentRow> rows) {
   return kept->front().buf;
 }
 
-const cuda::RecurrentRow* rows_ptr(const std::shared_ptr<Buffer>& b) {
-  return static_cast<const cuda::RecurrentRow*>(b->data());
+// The rows on the device: the batch's own array when `rows` are all of its
+// rows (the same rows, since ops get the batch's rows or a subset of them in
+// order), else a kept copy. `keep` holds the copy alive for the call.
+const cuda::RecurrentRow* device_rows(std::span<const RecurrentRow> rows, const DeviceBatch* device,
+                                      std::shared_ptr<Buffer>& keep) {
+  if (device != nullptr && device->recurrent_rows.defined() && device->recurrent_rows.dim(0) == int64_t(rows.size()))
+    return static_cast<const cuda::RecurrentRow*>(device->recurrent_rows.raw());
+  keep = upload_rows(rows);
+  return static_cast<const cuda::RecurrentRow*>(keep->data());
 }
 
 int64_t max_row_tokens(std::span<const RecurrentRow> rows) {
@@ -551,7 +563,7 @@ void check_recurrent_rows(const char* op, std::span<const RecurrentRow> rows, in
 }  // namespace
 
 void causal_conv1d(const Tensor& x, const Tensor& w, std::span<const RecurrentRow> rows,
-                   const Tensor& conv_state, bool silu, const Tensor& out) {
+                   const Tensor& conv_state, bool silu, const Tensor& out, const DeviceBatch* device) {
   const Device dev = x.device();
   require_all_on("causal_conv1d", dev, {{&x, "x"}, {&w, "w"}, {&conv_state, "conv_state"}, {&out, "out"}});
   require(x.ndim() == 2 && w.ndim() == 2 && conv_state.ndim() == 3, "causal_conv1d",
@@ -566,8 +578,8 @@ void causal_conv1d(const Tensor& x, const Tensor& w, std::span<const RecurrentRo
   check_recurrent_rows("causal_conv1d", rows, x.dim(0), conv_state.dim(0));
   if (dev == Device::CUDA) {
     if (rows.empty()) return;
-    auto dev_rows = upload_rows(rows);
-    cuda::causal_conv1d(x.data<float>(), w.data<float>(), C, K, rows_ptr(dev_rows), int64_t(rows.size()),
+    std::shared_ptr<Buffer> keep;
+    cuda::causal_conv1d(x.data<float>(), w.data<float>(), C, K, device_rows(rows, device, keep), int64_t(rows.size()),
                         max_row_tokens(rows), conv_state.data<float>(), silu, out.data<float>(), cuda::stream());
     return;
   }
@@ -640,13 +652,13 @@ cuda::DeltaRuleDims cuda_dims(const cpu::DeltaRuleDims& d) {
 
 void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                 const Tensor& beta, float scale, std::span<const RecurrentRow> rows,
-                                const Tensor& state, const Tensor& out) {
+                                const Tensor& state, const Tensor& out, const DeviceBatch* device) {
   const auto d = check_delta_rule("gated_delta_rule_recurrent", q, k, v, g, beta, rows, state, out);
   if (q.device() == Device::CUDA) {
     if (rows.empty()) return;
-    auto dev_rows = upload_rows(rows);
+    std::shared_ptr<Buffer> keep;
     cuda::gated_delta_rule_recurrent(q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(),
-                                     beta.data<float>(), scale, cuda_dims(d), rows_ptr(dev_rows),
+                                     beta.data<float>(), scale, cuda_dims(d), device_rows(rows, device, keep),
                                      int64_t(rows.size()), state.data<float>(), out.data<float>(), cuda::stream());
     return;
   }
@@ -656,15 +668,16 @@ void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& 
 
 void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                               const Tensor& beta, float scale, int64_t chunk_size,
-                              std::span<const RecurrentRow> rows, const Tensor& state, const Tensor& out) {
+                              std::span<const RecurrentRow> rows, const Tensor& state, const Tensor& out,
+                              const DeviceBatch* device) {
   const auto d = check_delta_rule("gated_delta_rule_chunked", q, k, v, g, beta, rows, state, out);
   require(chunk_size >= 1 && chunk_size <= 1024, "gated_delta_rule_chunked", "chunk_size ", chunk_size,
           " outside [1, 1024]");
   if (q.device() == Device::CUDA) {
     if (rows.empty()) return;
-    auto dev_rows = upload_rows(rows);
+    std::shared_ptr<Buffer> keep;
     cuda::gated_delta_rule_chunked(q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(),
-                                   beta.data<float>(), scale, chunk_size, cuda_dims(d), rows_ptr(dev_rows),
+                                   beta.data<float>(), scale, chunk_size, cuda_dims(d), device_rows(rows, device, keep),
                                    int64_t(rows.size()), state.data<float>(), out.data<float>(), cuda::stream());
     return;
   }

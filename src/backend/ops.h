@@ -54,6 +54,7 @@ struct AttnRow {
   int32_t n_tokens;
   int32_t pos0;
   std::span<const int32_t> block_table;
+  int32_t state_slot = -1;  // recurrent-state slot (models with recurrent layers)
 };
 
 // The batch layout on an accelerator: built from the host rows once per
@@ -68,6 +69,10 @@ struct DeviceBatch {
   int32_t max_blocks = 0;
   int32_t max_context = 0;     // bound on position + 1 that sizes attention grids
   int32_t max_row_tokens = 0;  // 1: a pure decode batch
+  // [n_rows] RecurrentRow {token_begin, n_tokens, state_slot}: the rows as
+  // the recurrent ops take them, refilled with the rest, so that replayed
+  // decode graphs of hybrid models follow the rows' slots.
+  Tensor recurrent_rows;
 };
 
 // Where the tokens of a batch sit: host rows and positions always, and the
@@ -155,6 +160,9 @@ void slice_cols(const Tensor& x, int64_t begin, const Tensor& y);
 
 // One row of a flattened batch as the recurrent ops see it: tokens
 // [token_begin, token_begin + n_tokens) continue the state held in `slot`.
+// On an accelerator the ops take the rows from `device` (the batch's
+// DeviceBatch::recurrent_rows) when given and `rows` are all of its rows (a
+// replayable step); otherwise they copy `rows` to the device themselves.
 struct RecurrentRow {
   int32_t token_begin;
   int32_t n_tokens;
@@ -174,7 +182,8 @@ struct RecurrentLayer {
 // inputs of each row in its slot. Rows must use distinct slots.
 // x, out: [n_tokens, C] f32 (distinct); w: [C, K] f32; conv_state: [n_slots, K-1, C] f32
 void causal_conv1d(const Tensor& x, const Tensor& w, std::span<const RecurrentRow> rows,
-                   const Tensor& conv_state, bool silu, const Tensor& out);
+                   const Tensor& conv_state, bool silu, const Tensor& out,
+                   const DeviceBatch* device = nullptr);
 
 // Per row: y = x / sqrt(sum(x²) + eps) (FLA's l2norm).  x, y: [M, D] f32 (may alias)
 void l2norm(const Tensor& x, float eps, const Tensor& y);
@@ -197,14 +206,16 @@ void delta_rule_gates(const Tensor& a, const Tensor& b, const Tensor& a_log, con
 // and short windows.
 void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                 const Tensor& beta, float scale, std::span<const RecurrentRow> rows,
-                                const Tensor& state, const Tensor& out);
+                                const Tensor& state, const Tensor& out,
+                                const DeviceBatch* device = nullptr);
 // Chunked form (torch_chunk_gated_delta_rule): chunks of chunk_size tokens from
 // each row's first token, intra-chunk work by the UT transform, one state update
 // per chunk. Equal to the recurrent form within float rounding. (CUDA:
 // chunk_size <= 64, head_dim_k <= 256, as for the recurrent form.)
 void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                               const Tensor& beta, float scale, int64_t chunk_size,
-                              std::span<const RecurrentRow> rows, const Tensor& state, const Tensor& out);
+                              std::span<const RecurrentRow> rows, const Tensor& state, const Tensor& out,
+                              const DeviceBatch* device = nullptr);
 
 // Qwen3NextRMSNormGated: y = w * (x / sqrt(mean(x²) + eps)) * silu(z) per row.
 // x, z, y: [M, D] f32 (y may alias x); w: [D] f32

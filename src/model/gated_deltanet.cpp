@@ -5,32 +5,71 @@
 
 namespace augur {
 
+namespace {
+
+// Elements [begin, begin + n) of a contiguous 1-D tensor, shaped.
+Tensor part(const Tensor& flat, int64_t begin, std::initializer_list<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return flat.slice_rows(begin, begin + n).reshape(shape);
+}
+
+}  // namespace
+
 void gated_deltanet_block(const Tensor& x, const GatedDeltaNetWeights& w, const GatedDeltaNetShape& s,
                           std::span<const ops::RecurrentRow> rows, const ops::RecurrentLayer& state,
-                          const Tensor& out, Scratch& scratch) {
+                          const Tensor& out, Scratch& scratch, const ops::DeviceBatch* device) {
   const int64_t T = x.dim(0), H = s.n_head, Hk = s.n_head_k, dk = s.head_dim_k, dv = s.head_dim_v;
-  // Projections.
-  Tensor mixed = scratch.get("gdn.mixed", {T, s.conv_dim()});  // q, k, v before the conv
-  Tensor z = scratch.get("gdn.z", {T * H, dv});
-  Tensor b = scratch.get("gdn.b", {T, H});
-  Tensor a = scratch.get("gdn.a", {T, H});
-  ops::linear(x, w.in_qkv, mixed);
-  ops::linear(x, w.in_z, z.reshape({T, H * dv}));
-  ops::linear(x, w.in_b, b);
-  ops::linear(x, w.in_a, a);
-
-  // Causal conv + SiLU over the carried tail, then split into heads.
-  Tensor conv = scratch.get("gdn.conv", {T, s.conv_dim()});
-  ops::causal_conv1d(mixed, w.conv, rows, state.conv, true, conv);
-  Tensor q = scratch.get("gdn.q", {T, Hk, dk});
-  Tensor k = scratch.get("gdn.k", {T, Hk, dk});
-  Tensor v = scratch.get("gdn.v", {T, H, dv});
-  ops::slice_cols(conv, 0, q.reshape({T, Hk * dk}));
-  ops::slice_cols(conv, s.key_dim(), k.reshape({T, Hk * dk}));
-  ops::slice_cols(conv, 2 * s.key_dim(), v.reshape({T, H * dv}));
-  // use_qk_l2norm_in_kernel: l2norm with eps 1e-6 on every q and k head.
-  ops::l2norm(q.reshape({T * Hk, dk}), 1e-6f, q.reshape({T * Hk, dk}));
-  ops::l2norm(k.reshape({T * Hk, dk}), 1e-6f, k.reshape({T * Hk, dk}));
+  const int64_t C = s.conv_dim(), V = s.value_dim();
+  Tensor mixed, z, b, a;  // [T, C] (q, k, v before the conv), [T * H, dv], [T, H], [T, H]
+  Tensor conv = scratch.get("gdn.conv", {T, C});
+  Tensor q, k, v;         // [T, Hk, dk], [T, Hk, dk], [T, H, dv]
+  if (T == 1 && w.in_all.defined()) {
+    // One token (a decode step): the four projections as one matmul, and q,
+    // k, v read in place from the conv output, where they lie back to back.
+    Tensor proj = scratch.get("gdn.proj", {1, C + V + 2 * H}).reshape({C + V + 2 * H});
+    mixed = part(proj, 0, {1, C});
+    z = part(proj, C, {H, dv});
+    b = part(proj, C + V, {1, H});
+    a = part(proj, C + V + H, {1, H});
+    ops::linear(x, w.in_all, proj.reshape({1, C + V + 2 * H}));
+    ops::causal_conv1d(mixed, w.conv, rows, state.conv, true, conv, device);
+    const Tensor flat = conv.reshape({C});
+    const Tensor qk = part(flat, 0, {2 * Hk, dk});
+    ops::l2norm(qk, 1e-6f, qk);  // use_qk_l2norm_in_kernel, q and k heads at once
+    q = part(flat, 0, {1, Hk, dk});
+    k = part(flat, Hk * dk, {1, Hk, dk});
+    v = part(flat, 2 * Hk * dk, {1, H, dv});
+  } else {
+    mixed = scratch.get("gdn.mixed", {T, C});
+    z = scratch.get("gdn.z", {T * H, dv});
+    b = scratch.get("gdn.b", {T, H});
+    a = scratch.get("gdn.a", {T, H});
+    if (w.in_all.defined()) {
+      Tensor proj = scratch.get("gdn.proj", {T, C + V + 2 * H});
+      ops::linear(x, w.in_all, proj);
+      ops::slice_cols(proj, 0, mixed);
+      ops::slice_cols(proj, C, z.reshape({T, V}));
+      ops::slice_cols(proj, C + V, b);
+      ops::slice_cols(proj, C + V + H, a);
+    } else {
+      ops::linear(x, w.in_qkv, mixed);
+      ops::linear(x, w.in_z, z.reshape({T, V}));
+      ops::linear(x, w.in_b, b);
+      ops::linear(x, w.in_a, a);
+    }
+    // Causal conv + SiLU over the carried tail, then split into heads.
+    ops::causal_conv1d(mixed, w.conv, rows, state.conv, true, conv, device);
+    q = scratch.get("gdn.q", {T, Hk, dk});
+    k = scratch.get("gdn.k", {T, Hk, dk});
+    v = scratch.get("gdn.v", {T, H, dv});
+    ops::slice_cols(conv, 0, q.reshape({T, Hk * dk}));
+    ops::slice_cols(conv, s.key_dim(), k.reshape({T, Hk * dk}));
+    ops::slice_cols(conv, 2 * s.key_dim(), v.reshape({T, H * dv}));
+    // use_qk_l2norm_in_kernel: l2norm with eps 1e-6 on every q and k head.
+    ops::l2norm(q.reshape({T * Hk, dk}), 1e-6f, q.reshape({T * Hk, dk}));
+    ops::l2norm(k.reshape({T * Hk, dk}), 1e-6f, k.reshape({T * Hk, dk}));
+  }
 
   // g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b)
   Tensor g = scratch.get("gdn.g", {T, H});
@@ -42,9 +81,10 @@ void gated_deltanet_block(const Tensor& x, const GatedDeltaNetWeights& w, const 
   for (const auto& r : rows) (r.n_tokens <= kRecurrentFormMaxTokens ? short_rows : long_rows).push_back(r);
   Tensor core = scratch.get("gdn.core", {T, H, dv});
   const float scale = 1.0f / std::sqrt(float(dk));
-  if (!short_rows.empty()) ops::gated_delta_rule_recurrent(q, k, v, g, beta, scale, short_rows, state.state, core);
+  if (!short_rows.empty())
+    ops::gated_delta_rule_recurrent(q, k, v, g, beta, scale, short_rows, state.state, core, device);
   if (!long_rows.empty())
-    ops::gated_delta_rule_chunked(q, k, v, g, beta, scale, kDeltaRuleChunk, long_rows, state.state, core);
+    ops::gated_delta_rule_chunked(q, k, v, g, beta, scale, kDeltaRuleChunk, long_rows, state.state, core, device);
 
   // Gated RMSNorm per value head, then out_proj.
   ops::gated_rms_norm(core.reshape({T * H, dv}), z, w.norm, s.norm_eps, core.reshape({T * H, dv}));

@@ -36,6 +36,10 @@ struct GatedDeltaNetWeights {
   Tensor dt_bias;  // [n_head] f32
   Tensor norm;     // [head_dim_v] f32, the gain γ as stored (not 1 + γ)
   Tensor out;      // [d_model, n_head*head_dim_v]
+  // in_qkv, in_z, in_b, in_a stacked [conv_dim + value_dim + 2 n_head,
+  // d_model]: when defined (accelerators) it replaces them, and one matmul
+  // makes all four projections.
+  Tensor in_all;
 };
 
 // Rows of up to this many tokens (decode steps, speculative verify windows)
@@ -47,10 +51,11 @@ constexpr int32_t kRecurrentFormMaxTokens = 16;
 constexpr int64_t kDeltaRuleChunk = 64;
 
 // Qwen3_5GatedDeltaNet.forward for a flattened batch; each row continues the
-// conv and matrix state in its slot of `state`.
+// conv and matrix state in its slot of `state`. `device`: the batch's layout on
+// an accelerator (the rows' slots there, so that decode steps replay).
 // x: [n_tokens, d_model] (already normed); out: [n_tokens, d_model]
 void gated_deltanet_block(const Tensor& x, const GatedDeltaNetWeights& w, const GatedDeltaNetShape& s,
                           std::span<const ops::RecurrentRow> rows, const ops::RecurrentLayer& state,
-                          const Tensor& out, Scratch& scratch);
+                          const Tensor& out, Scratch& scratch, const ops::DeviceBatch* device = nullptr);
 
 }  // namespace augur

@@ -147,11 +147,10 @@ namespace {
 
 class HybridModel final : public Model {
  public:
-  // Accelerator forwards run eagerly: the recurrent ops upload each step's
-  // rows themselves, which a replayed graph would not redo.
+  // Decode steps on an accelerator replay as graphs: the recurrent ops read
+  // the rows' slots from the batch layout, which each replay refills.
   HybridModel(const HybridConfig& cfg, HybridWeights weights, const WeightSource& src, ModelInfo info)
-      : cfg_(cfg), w_(std::move(weights)), scratch_(info.device),
-        device_forward_(info.device, cfg.n_vocab, /*graphs=*/false) {
+      : cfg_(cfg), w_(std::move(weights)), scratch_(info.device), device_forward_(info.device, cfg.n_vocab) {
     info_ = std::move(info);
     inv_freq_ = constant_f32(cfg.inv_freq, info_.device);
     AUGUR_ASSERT(int64_t(w_.layers.size()) == cfg.n_layer, "one HybridLayer per layer");
@@ -207,7 +206,8 @@ class HybridModel final : public Model {
 
     if (info_.device != Device::CPU) {
       // On an accelerator: experts stacked for the on-device MoE op, and
-      // gate/up projections sharing an input fused into one GEMM.
+      // projections sharing an input fused into one GEMM (the DeltaNet's
+      // four, gate/up).
       auto fuse = [](MlpWeights& m) {
         if (m.gate.defined() && m.gate.dtype() == m.up.dtype()) {
           m.gate_up = stack_rows({m.gate, m.up});
@@ -215,6 +215,12 @@ class HybridModel final : public Model {
         }
       };
       for (auto& l : w_.layers) {
+        GatedDeltaNetWeights& g = l.gdn;
+        if (l.linear && g.in_qkv.dtype() == g.in_z.dtype() && g.in_qkv.dtype() == g.in_b.dtype() &&
+            g.in_qkv.dtype() == g.in_a.dtype()) {
+          g.in_all = stack_rows({g.in_qkv, g.in_z, g.in_b, g.in_a});
+          g.in_qkv = g.in_z = g.in_b = g.in_a = Tensor();
+        }
         if (l.moe) {
           stack_experts(l.experts);
           fuse(l.experts.shared);
@@ -248,21 +254,24 @@ class HybridModel final : public Model {
     Tensor h = scratch.get("h", {T, d});  // normed input of a block
     Tensor o = scratch.get("o", {T, d});  // output of a block
     ops::embedding(w_.embed, plan.tokens, x, &plan.device);
+    ops::rms_norm(x, w_.layers[0].attn_norm, cfg_.rms_eps, h);
     for (int64_t i = 0; i < cfg_.n_layer; ++i) {
       const HybridLayer& l = w_.layers[size_t(i)];
       const int64_t c = cache_index_[size_t(i)];
-      ops::rms_norm(x, l.attn_norm, cfg_.rms_eps, h);
       if (l.linear)
-        gated_deltanet_block(h, l.gdn, cfg_.gdn, rec, kv.recurrent_layer(c), o, scratch);
+        gated_deltanet_block(h, l.gdn, cfg_.gdn, rec, kv.recurrent_layer(c), o, scratch,
+                             plan.device.tokens.defined() ? &plan.device : nullptr);
       else
         attention_block(h, l.attn, shape_, inv_freq_, plan, kv.layer(c), o, scratch);
-      ops::add_inplace(x, o);
-      ops::rms_norm(x, l.mlp_norm, cfg_.rms_eps, h);
+      ops::add_rms_norm(x, o, l.mlp_norm, cfg_.rms_eps, h);  // x += o; h = norm(x)
       if (l.moe)
         sparse_moe_block(h, l.experts, o, scratch);
       else
         swiglu_mlp(h, l.mlp, o, scratch);
-      ops::add_inplace(x, o);
+      if (i + 1 < cfg_.n_layer)
+        ops::add_rms_norm(x, o, w_.layers[size_t(i + 1)].attn_norm, cfg_.rms_eps, h);
+      else
+        ops::add_inplace(x, o);  // output_logits norms the rows it needs
     }
     output_logits(x, w_.final_norm, cfg_.rms_eps, w_.head, plan, logits, scratch);
   }

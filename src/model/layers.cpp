@@ -56,7 +56,7 @@ BatchPlan plan_batch(std::span<const ForwardRow> rows, int64_t n_vocab, int64_t 
       plan.positions.push_back(row.pos0 + int32_t(i));
     }
     const int32_t n = int32_t(row.tokens.size());
-    plan.rows.push_back({begin, n, row.pos0, row.block_table});
+    plan.rows.push_back({begin, n, row.pos0, row.block_table, row.state_slot});
     for (int32_t i = n - row.n_logits; i < n; ++i) plan.logit_tokens.push_back(begin + i);
   }
   return plan;

@@ -306,7 +306,11 @@ TEST(DeltaRuleExact, SplittingARowAndBatchingRowsChangeNoBits) {
                       std::span<const ops::RecurrentRow> rows, const Tensor& st, const Tensor& out) {
     ops::gated_delta_rule_chunked(q, k, v, g, b, s, 64, rows, st, out);
   };
-  for (Fn fn : {Fn(&ops::gated_delta_rule_recurrent), Fn(+chunked64)}) {
+  auto recurrent = [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& b, float s,
+                      std::span<const ops::RecurrentRow> rows, const Tensor& st, const Tensor& out) {
+    ops::gated_delta_rule_recurrent(q, k, v, g, b, s, rows, st, out);
+  };
+  for (Fn fn : {Fn(+recurrent), Fn(+chunked64)}) {
     // Three rows in one call...
     const auto rows = make_rows({50, 1, 99}, {2, 0, 1});
     Tensor st = copy_of(state0), out = Tensor::empty(DType::F32, {T, H, dv});

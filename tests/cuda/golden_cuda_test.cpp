@@ -296,7 +296,8 @@ TEST_F(AugurTinyCuda, HeldOutLogitsWithinBf16Tolerance) {
   EXPECT_LT(err, 2e-2f);
 }
 
-// Greedy from held-out text equals transformers' wherever the CPU model
+// Greedy from held-out text, fed the reference's tokens (teacher forcing):
+// the GPU's choice equals transformers' at every step where the CPU model
 // (exact against it) sees a top-2 margin above 0.05.
 TEST_F(AugurTinyCuda, GreedyMatchesWhereTheMarginIsClear) {
   auto gpu = load_model(dir_, Device::CUDA);
@@ -310,14 +311,15 @@ TEST_F(AugurTinyCuda, GreedyMatchesWhereTheMarginIsClear) {
   for (size_t step = 0; step < want.size(); ++step) {
     auto top = top_k(row(lc, 0), 2);
     ASSERT_EQ(top[0].second, want[step]) << "CPU reference drifted";
-    if (top[0].first - top[1].first <= 0.05f) break;
-    ASSERT_EQ(argmax(row(lg, 0)), want[step]) << "step " << step;
-    ++checked;
+    if (top[0].first - top[1].first > 0.05f) {
+      EXPECT_EQ(argmax(row(lg, 0)), want[step]) << "step " << step;
+      ++checked;
+    }
     lg = rg.feed(*sg, std::span<const int32_t>(&want[step], 1));
     lc = rc.feed(*sc, std::span<const int32_t>(&want[step], 1));
   }
-  std::printf("[cuda golden] augur-tiny: %d greedy steps checked\n", checked);
-  EXPECT_GT(checked, 3);
+  std::printf("[cuda golden] augur-tiny: %d of %zu greedy steps checked\n", checked, want.size());
+  EXPECT_GE(checked, int(want.size()) / 2);
 }
 
 // The perplexity unit: mean NLL over a 1024-token held-out window within 0.1%

@@ -122,6 +122,7 @@ __global__ void __launch_bounds__(128) decode_kernel(const float* __restrict__ q
                                                      const uint16_t* __restrict__ v_cache, Geometry geo, int split_len,
                                                      int n_splits, int n_hpass, float* __restrict__ out,
                                                      float* __restrict__ part_acc, float2* __restrict__ part_ml) {
+  pdl_entry();
   using C = DecodeCfg<D>;
   extern __shared__ __align__(16) unsigned char smem[];
   float* qs = reinterpret_cast<float*>(smem);                        // [GP][D], pre-scaled
@@ -302,6 +303,7 @@ __global__ void __launch_bounds__(128) reduce_kernel(const float* __restrict__ p
                                                      const int32_t* __restrict__ positions, int window,
                                                      int split_len, int n_splits, int n_head, int D,
                                                      float* __restrict__ out) {
+  pdl_entry();
   extern __shared__ __align__(16) float wts[];  // [n_splits] merge weights, then [128 * 4] partial sums
   __shared__ float red[4];
   __shared__ float s_inv;
@@ -394,6 +396,7 @@ __global__ void __launch_bounds__(PrefillCfg<D>::kThreads, PrefillCfg<D>::kMinBl
     prefill_kernel(const float* __restrict__ q, const uint16_t* __restrict__ k_cache,
                    const uint16_t* __restrict__ v_cache, Geometry geo, int tokens_per_block,
                    float* __restrict__ out) {
+  pdl_entry();
   using C = PrefillCfg<D>;
   extern __shared__ __align__(16) unsigned char smem[];
   uint16_t* qs = reinterpret_cast<uint16_t*>(smem);   // [kRows][kStride]
@@ -624,15 +627,13 @@ void launch_decode(const float* q, const uint16_t* k_cache, const uint16_t* v_ca
   set_smem(decode_kernel<D, GP, F16>, smem, once);
   float* part_acc = static_cast<float*>(workspace);
   auto* part_ml = reinterpret_cast<float2*>(part_acc + int64_t(geo.n_tokens) * geo.n_head * plan.n_splits * D);
-  decode_kernel<D, GP, F16><<<grid, 128, smem, s>>>(q, k_cache, v_cache, geo, plan.split_len, plan.n_splits, n_hpass,
-                                               out, part_acc, part_ml);
-  AUGUR_LAUNCHED("decode_kernel");
+  launch("decode_kernel", decode_kernel<D, GP, F16>, dim3(grid), dim3(128), smem, s, q, k_cache, v_cache, geo,
+         plan.split_len, plan.n_splits, n_hpass, out, part_acc, part_ml);
   if (plan.n_splits > 1) {
     const dim3 rgrid(unsigned(geo.n_head), unsigned(geo.n_tokens));
     const size_t rsmem = (size_t((plan.n_splits + 3) & ~3) + 128 * 4 + 4) * sizeof(float);  // weights, sums, slack
-    reduce_kernel<<<rgrid, 128, rsmem, s>>>(
-        part_acc, part_ml, geo.positions, geo.window, plan.split_len, plan.n_splits, geo.n_head, D, out);
-    AUGUR_LAUNCHED("attention reduce_kernel");
+    launch("attention reduce_kernel", reduce_kernel, dim3(rgrid), dim3(128), rsmem, s, part_acc, part_ml,
+           geo.positions, geo.window, plan.split_len, plan.n_splits, geo.n_head, D, out);
   }
 }
 
@@ -653,8 +654,8 @@ void launch_prefill(const float* q, const uint16_t* k_cache, const uint16_t* v_c
   const dim3 grid(unsigned(ceil_div(geo.n_tokens, tokens_per_block)), unsigned(geo.n_head_kv));
   static std::once_flag once;
   set_smem(prefill_kernel<D, F16>, C::kSmem, once);
-  prefill_kernel<D, F16><<<grid, C::kThreads, C::kSmem, s>>>(q, k_cache, v_cache, geo, tokens_per_block, out);
-  AUGUR_LAUNCHED("prefill_kernel");
+  launch("prefill_kernel", prefill_kernel<D, F16>, dim3(grid), dim3(C::kThreads), C::kSmem, s, q, k_cache, v_cache,
+         geo, tokens_per_block, out);
 }
 
 Geometry check_geometry(const float* q, const half_bits* k_cache, const half_bits* v_cache, int64_t block_size,

@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <utility>
 
 #include "backend/cuda/kernels.h"
 #include "core/error.h"
@@ -103,6 +104,53 @@ struct Context {
   static constexpr size_t kSplitKPartialBytes = size_t(8) << 20;
   static constexpr int kSplitKCounters = 8192;
 };
+
+// ---- programmatic dependent launch (Hopper) ---------------------------------
+// The decode path's kernels start with pdl_entry(): it waits until the
+// previous kernel has finished and its writes are visible, then lets the next
+// kernel in the stream begin launching (its blocks become resident and wait in
+// their own pdl_wait). Launched through launch() with the
+// programmatic-serialization attribute, a kernel's launch latency and its
+// prologue (the skinny GEMM's weight prefetch, which reads only weights)
+// overlap the previous kernel. Triggering only after the wait keeps at most
+// one kernel waiting ahead (triggering first let whole chains of waiting
+// kernels take SM slots: batch-1 decode measured 12% slower). Every kernel
+// launched that way must call pdl_wait() before reading or writing memory
+// another kernel touches. AUGUR_CUDA_PDL=0 drops the attribute.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_entry() {
+  pdl_wait();
+  pdl_launch_dependents();
+}
+
+bool pdl_enabled();  // context.cu: AUGUR_CUDA_PDL != 0
+
+template <typename... Params, typename... Args>
+void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+            Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  if (err != cudaSuccess) throw_cuda(err, name, __FILE__, __LINE__);
+  AUGUR_LAUNCHED(name);
+}
 
 // ---- device helpers ---------------------------------------------------------
 

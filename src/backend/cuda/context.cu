@@ -1,6 +1,8 @@
 // The process's CUDA state: device 0, one non-blocking stream, the cuBLASLt
 // handle and the scratch buffers the kernels share.
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/common.cuh"
 
@@ -80,6 +82,14 @@ Context& context() {
 }
 
 Stream stream() { return context().stream; }
+
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("AUGUR_CUDA_PDL");
+    return !(e && std::string(e) == "0");
+  }();
+  return on;
+}
 
 bool available() {
   int n = 0;

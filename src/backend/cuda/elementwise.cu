@@ -22,6 +22,7 @@ unsigned blocks_for(int64_t n, int64_t per_block) {
 template <bool F16>
 __global__ void embedding_kernel(const uint16_t* __restrict__ table, int64_t d_model,
                                  const int32_t* __restrict__ ids, float* __restrict__ out) {
+  pdl_entry();
   const int64_t t = blockIdx.x;
   const uint16_t* src = table + int64_t(ids[t]) * d_model;
   float* dst = out + t * d_model;
@@ -51,6 +52,7 @@ __device__ float block_sum(float v, float* red) {
 
 // Reference: LlamaRMSNorm.forward. One block per row; x, y: [M, D] (may alias); w: [D]
 __global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, float eps, int64_t D, float* y) {
+  pdl_entry();
   __shared__ float red[32];
   const float* xr = x + int64_t(blockIdx.x) * D;
   float* yr = y + int64_t(blockIdx.x) * D;
@@ -79,6 +81,7 @@ __global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, flo
 }
 
 __global__ void add_kernel(float* __restrict__ a, const float* __restrict__ b, int64_t n, bool vec) {
+  pdl_entry();
   const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
   if (vec && i + 4 <= n) {
     float4 va = *reinterpret_cast<float4*>(a + i);
@@ -94,6 +97,7 @@ __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f +
 
 // out = silu(gate) * up; out may alias gate (each element is read before written).
 __global__ void swiglu_kernel(const float* gate, const float* __restrict__ up, float* out, int64_t n, bool vec) {
+  pdl_entry();
   const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
   if (vec && i + 4 <= n) {
     const float4 g = *reinterpret_cast<const float4*>(gate + i);
@@ -111,6 +115,7 @@ __global__ void swiglu_kernel(const float* gate, const float* __restrict__ up, f
 __global__ void rope_kernel(float* __restrict__ x, int64_t n_head, int64_t head_dim,
                             const int32_t* __restrict__ positions, const float* __restrict__ inv_freq,
                             int64_t half) {
+  pdl_entry();
   extern __shared__ float cs[];  // [cos(half), sin(half)]
   const int64_t t = blockIdx.x;
   const float pos = float(positions[t]);
@@ -138,6 +143,7 @@ template <bool F16>
 __global__ void store_kv_kernel(const float* __restrict__ k, const float* __restrict__ v, int64_t kv_dim,
                                 const int32_t* __restrict__ slot_mapping, uint16_t* __restrict__ k_cache,
                                 uint16_t* __restrict__ v_cache, bool vec) {
+  pdl_entry();
   const int64_t t = blockIdx.x;
   const int64_t slot = slot_mapping[t];
   if (slot < 0) return;
@@ -163,6 +169,7 @@ __global__ void store_kv_kernel(const float* __restrict__ k, const float* __rest
 // x += o, then h = rms_norm(x) * w. One block per row; x, o, h: [M, D]; w: [D]
 __global__ void add_rms_norm_kernel(float* __restrict__ x, const float* __restrict__ o, const float* __restrict__ w,
                                     float eps, int64_t D, float* __restrict__ h, bool vec) {
+  pdl_entry();
   __shared__ float red[32];
   float* xr = x + int64_t(blockIdx.x) * D;
   const float* orow = o + int64_t(blockIdx.x) * D;
@@ -201,6 +208,7 @@ __global__ void add_rms_norm_kernel(float* __restrict__ x, const float* __restri
 // out[m, i] = silu(gu[m, i]) * gu[m, D + i]. gu: [M, 2D]; out: [M, D]; n = M * D
 __global__ void swiglu_packed_kernel(const float* __restrict__ gu, int64_t D, int64_t n, float* __restrict__ out,
                                      bool vec) {
+  pdl_entry();
   const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
   if (vec && i + 4 <= n) {
     const int64_t m = i / D, c = i % D;  // D % 4 == 0: the 4 stay in one row
@@ -227,6 +235,7 @@ __global__ void qkv_rope_store_kernel(const float* __restrict__ qkv, int n_head,
                                       const int32_t* __restrict__ positions, const int32_t* __restrict__ slot_mapping,
                                       const float* __restrict__ inv_freq, int half, float* __restrict__ q_out,
                                       uint16_t* __restrict__ k_cache, uint16_t* __restrict__ v_cache) {
+  pdl_entry();
   extern __shared__ float smem[];
   float* cs = smem;  // [cos(half), sin(half)]
   const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
@@ -307,11 +316,8 @@ __global__ void max_abs_half_kernel(const uint16_t* __restrict__ src, int64_t n,
 void embedding(const half_bits* table, int64_t d_model, const int32_t* ids, int64_t n_tokens, float* out,
                Stream s, Half t) {
   if (n_tokens <= 0) return;
-  if (t == Half::F16)
-    embedding_kernel<true><<<blocks_for(n_tokens, 1), kThreads, 0, s>>>(table, d_model, ids, out);
-  else
-    embedding_kernel<false><<<blocks_for(n_tokens, 1), kThreads, 0, s>>>(table, d_model, ids, out);
-  AUGUR_LAUNCHED("embedding_kernel");
+  launch("embedding_kernel", t == Half::F16 ? embedding_kernel<true> : embedding_kernel<false>,
+         dim3(blocks_for(n_tokens, 1)), dim3(kThreads), 0, s, table, d_model, ids, out);
 }
 
 void convert_half(const half_bits* src, Half from, half_bits* dst, Half to, int64_t n, Stream s) {
@@ -347,22 +353,20 @@ float max_abs_half(const half_bits* src, Half t, int64_t n, Stream s) {
 void rms_norm(const float* x, const float* w, float eps, int64_t M, int64_t D, float* y, Stream s) {
   if (M <= 0) return;
   const int threads = D >= 4096 ? 1024 : D >= 1024 ? 512 : kThreads;
-  rms_norm_kernel<<<blocks_for(M, 1), threads, 0, s>>>(x, w, eps, D, y);
-  AUGUR_LAUNCHED("rms_norm_kernel");
+  launch("rms_norm_kernel", rms_norm_kernel, dim3(blocks_for(M, 1)), dim3(threads), 0, s, x, w, eps, D, y);
 }
 
 void add_inplace(float* a, const float* b, int64_t n, Stream s) {
   if (n <= 0) return;
   const bool vec = aligned16(a) && aligned16(b);
-  add_kernel<<<blocks_for(n, kThreads * 4), kThreads, 0, s>>>(a, b, n, vec);
-  AUGUR_LAUNCHED("add_kernel");
+  launch("add_kernel", add_kernel, dim3(blocks_for(n, kThreads * 4)), dim3(kThreads), 0, s, a, b, n, vec);
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n, Stream s) {
   if (n <= 0) return;
   const bool vec = aligned16(gate) && aligned16(up) && aligned16(out);
-  swiglu_kernel<<<blocks_for(n, kThreads * 4), kThreads, 0, s>>>(gate, up, out, n, vec);
-  AUGUR_LAUNCHED("swiglu_kernel");
+  launch("swiglu_kernel", swiglu_kernel, dim3(blocks_for(n, kThreads * 4)), dim3(kThreads), 0, s, gate, up, out, n,
+         vec);
 }
 
 void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, const int32_t* positions,
@@ -370,9 +374,8 @@ void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim, const in
   if (n_tokens <= 0 || half <= 0) return;
   if (2 * half > head_dim) fail("[cuda] rope: 2 * half = ", 2 * half, " exceeds head_dim ", head_dim);
   if (half > 4096) fail("[cuda] rope: half = ", half, " too large");
-  rope_kernel<<<blocks_for(n_tokens, 1), kThreads, size_t(2 * half) * sizeof(float), s>>>(
-      x, n_head, head_dim, positions, inv_freq, half);
-  AUGUR_LAUNCHED("rope_kernel");
+  launch("rope_kernel", rope_kernel, dim3(blocks_for(n_tokens, 1)), dim3(kThreads), size_t(2 * half) * sizeof(float),
+         s, x, n_head, head_dim, positions, inv_freq, half);
 }
 
 void store_kv(const float* k, const float* v, int64_t kv_dim, const AttnMeta& meta, half_bits* k_cache,
@@ -381,24 +384,24 @@ void store_kv(const float* k, const float* v, int64_t kv_dim, const AttnMeta& me
   const bool vec = kv_dim % 4 == 0 && aligned16(k) && aligned16(v) && (reinterpret_cast<uintptr_t>(k_cache) & 7) == 0 &&
                    (reinterpret_cast<uintptr_t>(v_cache) & 7) == 0;
   auto kernel = kv == Half::F16 ? store_kv_kernel<true> : store_kv_kernel<false>;
-  kernel<<<blocks_for(meta.n_tokens, 1), 128, 0, s>>>(k, v, kv_dim, meta.slot_mapping, k_cache, v_cache, vec);
-  AUGUR_LAUNCHED("store_kv_kernel");
+  launch("store_kv_kernel", kernel, dim3(blocks_for(meta.n_tokens, 1)), dim3(128), 0, s, k, v, kv_dim,
+         meta.slot_mapping, k_cache, v_cache, vec);
 }
 
 void add_rms_norm(float* x, const float* o, const float* w, float eps, int64_t M, int64_t D, float* h, Stream s) {
   if (M <= 0) return;
   const bool vec = D % 4 == 0 && aligned16(x) && aligned16(o) && aligned16(w) && aligned16(h);
   const int threads = D >= 4096 ? 1024 : D >= 1024 ? 512 : kThreads;
-  add_rms_norm_kernel<<<blocks_for(M, 1), threads, 0, s>>>(x, o, w, eps, D, h, vec);
-  AUGUR_LAUNCHED("add_rms_norm_kernel");
+  launch("add_rms_norm_kernel", add_rms_norm_kernel, dim3(blocks_for(M, 1)), dim3(threads), 0, s, x, o, w, eps, D, h,
+         vec);
 }
 
 void swiglu_packed(const float* gate_up, int64_t M, int64_t D, float* out, Stream s) {
   const int64_t n = M * D;
   if (n <= 0) return;
   const bool vec = D % 4 == 0 && aligned16(gate_up) && aligned16(out);
-  swiglu_packed_kernel<<<blocks_for(n, kThreads * 4), kThreads, 0, s>>>(gate_up, D, n, out, vec);
-  AUGUR_LAUNCHED("swiglu_packed_kernel");
+  launch("swiglu_packed_kernel", swiglu_packed_kernel, dim3(blocks_for(n, kThreads * 4)), dim3(kThreads), 0, s,
+         gate_up, D, n, out, vec);
 }
 
 void qkv_rope_store(const float* qkv, int64_t n_head, int64_t n_head_kv, int64_t head_dim, const float* q_norm,
@@ -411,10 +414,9 @@ void qkv_rope_store(const float* qkv, int64_t n_head, int64_t n_head_kv, int64_t
   constexpr int kWarps = 8;
   const size_t smem = size_t(2 * half + kWarps * head_dim) * sizeof(float);
   auto kernel = kv == Half::F16 ? qkv_rope_store_kernel<true> : qkv_rope_store_kernel<false>;
-  kernel<<<blocks_for(meta.n_tokens, 1), kWarps * 32, smem, s>>>(
-      qkv, int(n_head), int(n_head_kv), int(head_dim), q_norm, k_norm, eps, meta.positions, meta.slot_mapping,
-      inv_freq, int(half), q_out, k_cache, v_cache);
-  AUGUR_LAUNCHED("qkv_rope_store_kernel");
+  launch("qkv_rope_store_kernel", kernel, dim3(blocks_for(meta.n_tokens, 1)), dim3(kWarps * 32), smem, s, qkv,
+         int(n_head), int(n_head_kv), int(head_dim), q_norm, k_norm, eps, meta.positions, meta.slot_mapping, inv_freq,
+         int(half), q_out, k_cache, v_cache);
 }
 
 }  // namespace augur::cuda

@@ -40,11 +40,26 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int split = int(blockIdx.x % unsigned(S));
   const int tile = int(blockIdx.x / unsigned(S)) * kWarps + warp;
   const int n_tiles = (N + R - 1) / R;
-  if (tile >= n_tiles) return;
+  if (tile >= n_tiles) {
+    pdl_wait();
+    return;
+  }
   const int n0 = tile * R;
   const uint16_t* wr[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) wr[r] = w + int64_t(min(n0 + r, N - 1)) * K + lane * 8;
+  // Weights depend on no earlier kernel: start pulling this warp's first
+  // passes into L2 while the previous kernel finishes (see pdl_entry).
+  {
+    const int k0 = split * kper, k1 = min(K, k0 + kper);
+#pragma unroll
+    for (int u = 0; u < 2 * kU; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (k0 + u * 256 + lane * 8 < k1) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + k0 + u * 256));
+  }
+  pdl_wait();
+  pdl_launch_dependents();
   const float* xr = x + lane * 8;
   float acc[R][MR];
 #pragma unroll
@@ -199,8 +214,8 @@ void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half
                 : M <= 2 ? (f16 ? rows_kernel<2, kRows, true> : rows_kernel<2, kRows, false>)
                 : M <= 4 ? (f16 ? rows_kernel<4, kRows, true> : rows_kernel<4, kRows, false>)
                          : (f16 ? rows_kernel<8, kRows, true> : rows_kernel<8, kRows, false>);
-  kernel<<<blocks, kWarps * 32, 0, s>>>(x, int(M), int(K), ldx, w, int(N), y, ldy, p.S, p.kper, partials, counters);
-  AUGUR_LAUNCHED("rows_kernel");
+  launch("rows_kernel", kernel, dim3(blocks), dim3(kWarps * 32), 0, s, x, int(M), int(K), ldx, w, int(N), y, ldy, p.S,
+         p.kper, partials, counters);
 }
 
 void generic_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, int64_t N,
