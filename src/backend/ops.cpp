@@ -162,6 +162,26 @@ void add_rms_norm(const Tensor& x, const Tensor& o, const Tensor& w, float eps, 
     cpu::add_rms_norm(x.data<float>(), o.data<float>(), w.data<float>(), eps, rows_of(x), D, h.data<float>());
 }
 
+void swiglu_linear(const Tensor& gate_up, const Tensor& w, const Tensor& act, const Tensor& y) {
+  const Device dev = gate_up.device();
+  require_f32("swiglu_linear", gate_up, "gate_up", dev);
+  require_f32("swiglu_linear", act, "act", dev);
+  require_f32("swiglu_linear", y, "y", dev);
+  const int64_t D = act.dim(-1), M = rows_of(act), N = w.dim(0);
+  require(gate_up.dim(-1) == 2 * D && rows_of(gate_up) == M && w.ndim() == 2 && w.dim(1) == D &&
+              w.is_contiguous() && w.device() == dev && y.dim(-1) == N && rows_of(y) == M,
+          "swiglu_linear", "gate_up ", gate_up.shape_str(), ", w ", w.shape_str(), ", act ", act.shape_str(), ", y ",
+          y.shape_str(), " disagree");
+  if (dev == Device::CUDA) {
+    require(is_half(w.dtype()), "swiglu_linear", "CUDA weights must be BF16 or F16, got ", dtype_name(w.dtype()));
+    cuda::swiglu_matmul(gate_up.data<float>(), M, D, half_ptr(w), half_of(w), N, act.data<float>(), y.data<float>(),
+                        cuda::stream());
+    return;
+  }
+  swiglu_packed(gate_up, act);
+  linear(act, w, y);
+}
+
 void swiglu_packed(const Tensor& gate_up, const Tensor& out) {
   const Device dev = gate_up.device();
   require_f32("swiglu_packed", gate_up, "gate_up", dev);
@@ -318,7 +338,7 @@ void store_kv(const Tensor& k, const Tensor& v, const BatchView& b, const KvLaye
 }
 
 void qkv_rope_store(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps, const BatchView& b,
-                    const Tensor& inv_freq, const KvLayer& cache, const Tensor& q_out) {
+                    const Tensor& inv_freq, const KvLayer& cache, const Tensor& q_out, const Tensor& gate_out) {
   const Device dev = qkv.device();
   require_f32("qkv_rope_store", qkv, "qkv", dev);
   require_f32("qkv_rope_store", q_out, "q_out", dev);
@@ -327,10 +347,17 @@ void qkv_rope_store(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_nor
   const int64_t T = q_out.dim(0), n_head = q_out.dim(1), head_dim = q_out.dim(2);
   check_rows("qkv_rope_store", b.rows, T, cache, dev);
   const int64_t n_head_kv = cache.k.dim(2), half = inv_freq.numel();
+  const bool gated = gate_out.defined();
+  const int64_t q_stride = gated ? 2 * head_dim : head_dim;
   require(cache.k.dim(3) == head_dim, "qkv_rope_store", "q_out ", q_out.shape_str(), " does not fit cache ",
           cache.k.shape_str());
-  require(qkv.numel() == T * (n_head + 2 * n_head_kv) * head_dim && qkv.dim(0) == T, "qkv_rope_store", "qkv ",
-          qkv.shape_str(), " should be [", T, ", ", (n_head + 2 * n_head_kv) * head_dim, "]");
+  require(qkv.numel() == T * (n_head * q_stride + 2 * n_head_kv * head_dim) && qkv.dim(0) == T, "qkv_rope_store",
+          "qkv ", qkv.shape_str(), " should be [", T, ", ", n_head * q_stride + 2 * n_head_kv * head_dim, "]");
+  if (gated) {
+    require_f32("qkv_rope_store", gate_out, "gate_out", dev);
+    require(gate_out.numel() == q_out.numel(), "qkv_rope_store", "gate_out ", gate_out.shape_str(),
+            " should hold ", q_out.numel(), " values like q_out");
+  }
   require(2 * half <= head_dim, "qkv_rope_store", "rotary dims ", 2 * half, " exceed head_dim ", head_dim);
   require(q_norm.defined() == k_norm.defined(), "qkv_rope_store", "q_norm and k_norm go together");
   if (q_norm.defined()) {
@@ -344,18 +371,23 @@ void qkv_rope_store(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_nor
                          q_norm.defined() ? q_norm.data<float>() : nullptr,
                          k_norm.defined() ? k_norm.data<float>() : nullptr, eps, inv_freq.data<float>(), half,
                          attn_meta("qkv_rope_store", b, T), q_out.data<float>(), half_ptr_mut(cache.k),
-                         half_ptr_mut(cache.v), cuda::stream(), half_of(cache.k));
+                         half_ptr_mut(cache.v), cuda::stream(), half_of(cache.k),
+                         gated ? gate_out.data<float>() : nullptr);
     return;
   }
   // The CPU composes the unfused ops.
-  const int64_t q_dim = n_head * head_dim, kv_dim = n_head_kv * head_dim, width = q_dim + 2 * kv_dim;
+  const int64_t q_width = n_head * q_stride, kv_dim = n_head_kv * head_dim, width = q_width + 2 * kv_dim;
   Tensor k = Tensor::empty(DType::F32, {T, n_head_kv, head_dim});
   Tensor v = Tensor::empty(DType::F32, {T, n_head_kv, head_dim});
   const float* src = qkv.data<float>();
   for (int64_t t = 0; t < T; ++t) {
-    std::copy_n(src + t * width, q_dim, q_out.data<float>() + t * q_dim);
-    std::copy_n(src + t * width + q_dim, kv_dim, k.data<float>() + t * kv_dim);
-    std::copy_n(src + t * width + q_dim + kv_dim, kv_dim, v.data<float>() + t * kv_dim);
+    for (int64_t h = 0; h < n_head; ++h) {
+      const float* head = src + t * width + h * q_stride;
+      std::copy_n(head, head_dim, q_out.data<float>() + (t * n_head + h) * head_dim);
+      if (gated) std::copy_n(head + head_dim, head_dim, gate_out.data<float>() + (t * n_head + h) * head_dim);
+    }
+    std::copy_n(src + t * width + q_width, kv_dim, k.data<float>() + t * kv_dim);
+    std::copy_n(src + t * width + q_width + kv_dim, kv_dim, v.data<float>() + t * kv_dim);
   }
   if (q_norm.defined()) {
     rms_norm(q_out, q_norm, eps, q_out);

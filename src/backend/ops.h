@@ -40,6 +40,11 @@ void add_rms_norm(const Tensor& x, const Tensor& o, const Tensor& w, float eps, 
 // gate_up: [M, 2D] f32; out: [M, D] f32
 void swiglu_packed(const Tensor& gate_up, const Tensor& out);
 
+// The down projection of a fused-gate/up MLP: y = swiglu_packed(gate_up) · wᵀ.
+// act: [M, D] f32 scratch (it holds the SwiGLU where one is made; CUDA
+// decode rows make it inside the matmul instead). gate_up: [M, 2D]; w: [N, D]; y: [M, N]
+void swiglu_linear(const Tensor& gate_up, const Tensor& w, const Tensor& act, const Tensor& y);
+
 // Paged KV cache of one layer: fixed-size blocks of token slots.
 struct KvLayer {
   Tensor k;  // [n_blocks, block_size, n_head_kv, head_dim] f32 (CPU) or bf16 (CUDA)
@@ -106,8 +111,12 @@ void store_kv(const Tensor& k, const Tensor& v, const BatchView& batch, const Kv
 // written into the cache; the same as slicing, rms_norm, rope and store_kv.
 // qkv: [n_tokens, (n_head + 2 n_head_kv) * head_dim] f32 (q heads, then k, then v);
 // q_norm, k_norm: [head_dim] f32 or undefined; q_out: [n_tokens, n_head, head_dim] f32
+// gate_out defined: each query head in qkv is followed by its output gate
+// (gated attention's q_proj: qkv [n_tokens, (2 n_head + 2 n_head_kv) * head_dim]),
+// and the gates are copied to gate_out [n_tokens, n_head * head_dim] f32.
 void qkv_rope_store(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,
-                    const BatchView& batch, const Tensor& inv_freq, const KvLayer& cache, const Tensor& q_out);
+                    const BatchView& batch, const Tensor& inv_freq, const KvLayer& cache, const Tensor& q_out,
+                    const Tensor& gate_out = Tensor());
 
 // Causal attention over the paged cache, GQA (n_head a multiple of n_head_kv):
 // token t of a row at position p attends to positions [max(0, p - window + 1), p]

@@ -207,7 +207,7 @@ class HybridModel final : public Model {
     if (info_.device != Device::CPU) {
       // On an accelerator: experts stacked for the on-device MoE op, and
       // projections sharing an input fused into one GEMM (the DeltaNet's
-      // four, gate/up).
+      // four, attention's q/k/v, gate/up).
       auto fuse = [](MlpWeights& m) {
         if (m.gate.defined() && m.gate.dtype() == m.up.dtype()) {
           m.gate_up = stack_rows({m.gate, m.up});
@@ -220,6 +220,11 @@ class HybridModel final : public Model {
             g.in_qkv.dtype() == g.in_a.dtype()) {
           g.in_all = stack_rows({g.in_qkv, g.in_z, g.in_b, g.in_a});
           g.in_qkv = g.in_z = g.in_b = g.in_a = Tensor();
+        }
+        AttentionWeights& at = l.attn;
+        if (!l.linear && !at.bq.defined() && at.wq.dtype() == at.wk.dtype() && at.wq.dtype() == at.wv.dtype()) {
+          at.wqkv = stack_rows({at.wq, at.wk, at.wv});
+          at.wq = at.wk = at.wv = Tensor();
         }
         if (l.moe) {
           stack_experts(l.experts);

@@ -174,10 +174,13 @@ void attention_block(const Tensor& x, const AttentionWeights& w, const Attention
   Tensor gate;  // [T, n_head * head_dim] with an output gate
   const ops::BatchView batch = plan.view();
   if (w.wqkv.defined()) {
-    // Fused: one projection, then q/k norm, RoPE and the cache writes in one pass.
-    Tensor qkv = scratch.get("attn.qkv", {T, (s.n_head + 2 * s.n_head_kv) * s.head_dim});
+    // Fused: one projection, then q/k norm, RoPE and the cache writes in one
+    // pass (which also copies out the output gates of gated attention).
+    const int64_t q_width = (w.output_gate ? 2 : 1) * s.n_head * s.head_dim;
+    Tensor qkv = scratch.get("attn.qkv", {T, q_width + 2 * s.n_head_kv * s.head_dim});
     ops::linear(x, w.wqkv, qkv);
-    ops::qkv_rope_store(qkv, w.q_norm, w.k_norm, s.norm_eps, batch, inv_freq, kv, q);
+    if (w.output_gate) gate = scratch.get("attn.gate", {T, s.n_head * s.head_dim});
+    ops::qkv_rope_store(qkv, w.q_norm, w.k_norm, s.norm_eps, batch, inv_freq, kv, q, gate);
   } else if (w.output_gate) {
     // q_proj(x).view(T, n_head, 2 * head_dim).chunk(2, -1): query, then gate
     Tensor qg = scratch.get("attn.qg", {T * s.n_head, 2 * s.head_dim});
@@ -222,8 +225,7 @@ void swiglu_mlp(const Tensor& x, const MlpWeights& w, const Tensor& out, Scratch
     Tensor gate_up = scratch.get("mlp.gate_up", {T, 2 * d_ff});
     Tensor act = scratch.get("mlp.act", {T, d_ff});
     ops::linear(x, w.gate_up, gate_up);
-    ops::swiglu_packed(gate_up, act);
-    ops::linear(act, w.down, out);
+    ops::swiglu_linear(gate_up, w.down, act, out);
     return;
   }
   const int64_t T = x.dim(0), d_ff = w.gate.dim(0);

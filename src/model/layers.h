@@ -104,9 +104,10 @@ Tensor stack_rows(std::initializer_list<Tensor> parts);
 
 struct AttentionWeights {
   Tensor wq, wk, wv, wo;  // [n_head*head_dim, d_model], [n_head_kv*head_dim, d_model] x2, [d_model, n_head*head_dim]
-  // wq, wk, wv stacked, [(n_head + 2 n_head_kv) * head_dim, d_model]: when
-  // defined (decoder families on accelerators, no biases) it replaces them,
-  // and one pass does q/k norm, RoPE and the cache writes.
+  // wq, wk, wv stacked, [(n_head + 2 n_head_kv) * head_dim, d_model] (with
+  // an output gate, wq's [2 n_head * head_dim] rows first): when defined (on
+  // accelerators, no biases) it replaces them, and one pass does q/k norm,
+  // RoPE and the cache writes.
   Tensor wqkv;
   Tensor bq, bk, bv, bo;  // optional biases, f32
   Tensor q_norm, k_norm;  // optional per-head RMSNorm gains [head_dim], f32 (Qwen3)

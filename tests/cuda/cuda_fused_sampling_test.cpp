@@ -126,10 +126,16 @@ TEST_F(CudaFused, QkvRopeStore) {
     int64_t n_head, n_head_kv, head_dim, half;
     bool norm;
   };
-  for (const Case& c : {Case{4, 2, 16, 8, true}, Case{3, 1, 64, 16, false}, Case{32, 8, 128, 64, true},
-                        Case{5, 5, 32, 16, true}, Case{2, 1, 256, 128, false}}) {
+  // gated: Qwen3.5 / Qwen3-Next q_proj layout, each head's query then its
+  // output gate (q_stride 2 D); the gates are copied out.
+  const Case cases[] = {Case{4, 2, 16, 8, true}, Case{3, 1, 64, 16, false}, Case{32, 8, 128, 64, true},
+                        Case{5, 5, 32, 16, true}, Case{2, 1, 256, 128, false}};
+  for (int run = 0; run < 10; ++run) {
+    const bool gated = run >= 5;
+    const Case& c = cases[run % 5];
     const int64_t D = c.head_dim, T = 7, n_slots = 23, kv_dim = c.n_head_kv * D;
-    const int64_t width = (c.n_head + 2 * c.n_head_kv) * D;
+    const int64_t q_stride = gated ? 2 * D : D, q_width = c.n_head * q_stride;
+    const int64_t width = q_width + 2 * c.n_head_kv * D;
     std::vector<float> qkv = uniform_floats(size_t(T * width), rng, -4.f, 4.f);
     std::vector<float> qn = uniform_floats(size_t(D), rng, 0.5f, 1.5f), kn = uniform_floats(size_t(D), rng, 0.5f, 1.5f);
     std::vector<int32_t> pos = {0, 1, 5, 77, 1000, 8191, 40000};
@@ -137,11 +143,14 @@ TEST_F(CudaFused, QkvRopeStore) {
     std::vector<float> inv_freq(static_cast<size_t>(c.half));
     for (int64_t i = 0; i < c.half; ++i) inv_freq[size_t(i)] = float(1.0 / std::pow(1e6, double(i) / double(c.half)));
     // Reference.
-    std::vector<float> q(size_t(T * c.n_head * D)), k(size_t(T * kv_dim)), v(size_t(T * kv_dim));
+    std::vector<float> q(size_t(T * c.n_head * D)), gate(q.size()), k(size_t(T * kv_dim)), v(size_t(T * kv_dim));
     for (int64_t t = 0; t < T; ++t) {
-      std::copy_n(qkv.begin() + t * width, c.n_head * D, q.begin() + t * c.n_head * D);
-      std::copy_n(qkv.begin() + t * width + c.n_head * D, kv_dim, k.begin() + t * kv_dim);
-      std::copy_n(qkv.begin() + t * width + c.n_head * D + kv_dim, kv_dim, v.begin() + t * kv_dim);
+      for (int64_t h = 0; h < c.n_head; ++h) {
+        std::copy_n(qkv.begin() + t * width + h * q_stride, D, q.begin() + (t * c.n_head + h) * D);
+        if (gated) std::copy_n(qkv.begin() + t * width + h * q_stride + D, D, gate.begin() + (t * c.n_head + h) * D);
+      }
+      std::copy_n(qkv.begin() + t * width + q_width, kv_dim, k.begin() + t * kv_dim);
+      std::copy_n(qkv.begin() + t * width + q_width + kv_dim, kv_dim, v.begin() + t * kv_dim);
     }
     if (c.norm) {
       cpu::rms_norm(q.data(), qn.data(), 1e-6f, T * c.n_head, D, q.data());
@@ -150,7 +159,7 @@ TEST_F(CudaFused, QkvRopeStore) {
     cpu::rope(q.data(), T, c.n_head, D, pos, inv_freq);
     cpu::rope(k.data(), T, c.n_head_kv, D, pos, inv_freq);
 
-    Buf<float> dqkv(qkv), dqn(qn), dkn(kn), dfreq(inv_freq), dq(q.size());
+    Buf<float> dqkv(qkv), dqn(qn), dkn(kn), dfreq(inv_freq), dq(q.size()), dgate(q.size());
     Buf<int32_t> dpos(pos), dslots(slots);
     Buf<uint16_t> kc(size_t(n_slots * kv_dim)), vc(size_t(n_slots * kv_dim));
     dq.poison(), kc.poison(), vc.poison();
@@ -159,8 +168,12 @@ TEST_F(CudaFused, QkvRopeStore) {
     meta.slot_mapping = dslots.get();
     meta.n_tokens = int32_t(T);
     qkv_rope_store(dqkv.get(), c.n_head, c.n_head_kv, D, c.norm ? dqn.get() : nullptr, c.norm ? dkn.get() : nullptr,
-                   1e-6f, dfreq.get(), c.half, meta, dq.get(), kc.get(), vc.get(), stream());
+                   1e-6f, dfreq.get(), c.half, meta, dq.get(), kc.get(), vc.get(), stream(), Half::BF16,
+                   gated ? dgate.get() : nullptr);
     const std::vector<float> gq = dq.download();
+    if (gated) {
+      ASSERT_EQ(dgate.download(), gate) << "gates are copied exactly";
+    }
     const std::vector<uint16_t> gk = kc.download(), gv = vc.download();
     for (size_t i = 0; i < q.size(); ++i)
       ASSERT_NEAR(gq[i], q[i], 2e-6 * std::fabs(q[i]) + 2e-6) << "q " << i << " head_dim " << D;

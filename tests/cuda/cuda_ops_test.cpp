@@ -190,6 +190,38 @@ TEST_F(CudaMatmul, SkinnySplitK) {
   }
 }
 
+// The MLP's down projection with the SwiGLU made as the skinny kernel reads
+// its input (M <= 2), or by swiglu_packed then the matmul (larger M, odd K):
+// against the CPU's swiglu then matmul (f32 products, bf16 / f16 weights).
+TEST_F(CudaMatmul, SwigluMatmul) {
+  std::mt19937 rng(9);
+  for (const bool f16 : {false, true})
+    for (int64_t M : {1, 2, 3, 8})
+      for (auto dn : std::vector<std::pair<int64_t, int64_t>>{{4096, 33}, {1000, 257}, {12288, 64}, {24, 5}}) {
+        const int64_t D = dn.first, N = dn.second;
+        std::vector<float> gu = randn(size_t(M * 2 * D), rng);
+        std::vector<uint16_t> w = rand_bf16(size_t(N * D), rng);
+        if (f16)
+          for (auto& v : w) v = f32_to_f16(bf16_to_f32(v));
+        std::vector<float> act(size_t(M * D)), ref(size_t(M * N));
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t i = 0; i < D; ++i) {
+            const float g = gu[size_t(m * 2 * D + i)], u = gu[size_t(m * 2 * D + D + i)];
+            act[size_t(m * D + i)] = g / (1.0f + std::exp(-g)) * u;
+          }
+        cpu::matmul(act.data(), M, D, D, w.data(), f16 ? DType::F16 : DType::BF16, N, ref.data(), N,
+                    ThreadPool::global());
+        Dev<float> dgu(gu), dact(size_t(M * D)), dy(size_t(M * N));
+        Dev<uint16_t> dw(w);
+        dy.poison();
+        swiglu_matmul(dgu.get(), M, D, dw.get(), f16 ? Half::F16 : Half::BF16, N, dact.get(), dy.get(), stream());
+        const ErrStats e = compare(dy.download(), ref);
+        EXPECT_TRUE(e.all_finite) << "M " << M << " D " << D;
+        // Skinny rows: f32 products; the tensor-core path rounds its input.
+        EXPECT_LE(e.rel_l2, M <= 2 && D % 8 == 0 ? 1e-5 : 2e-3) << "M " << M << " D " << D << " f16 " << f16;
+      }
+}
+
 TEST_F(CudaMatmul, Deterministic) {
   std::mt19937 rng(8);
   const int64_t M = 1, K = 4096, N = 1024;

@@ -154,6 +154,9 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, 
 
 // ---- device helpers ---------------------------------------------------------
 
+// silu(g) * u, as every SwiGLU path computes it.
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 __device__ __forceinline__ float bf16_lo(uint32_t packed) { return __uint_as_float(packed << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t packed) { return __uint_as_float(packed & 0xffff0000u); }
 __device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }

@@ -93,8 +93,6 @@ __global__ void add_kernel(float* __restrict__ a, const float* __restrict__ b, i
   }
 }
 
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-
 // out = silu(gate) * up; out may alias gate (each element is read before written).
 __global__ void swiglu_kernel(const float* gate, const float* __restrict__ up, float* out, int64_t n, bool vec) {
   pdl_entry();
@@ -228,13 +226,17 @@ __global__ void swiglu_packed_kernel(const float* __restrict__ gu, int64_t D, in
 // One block per token, one warp per head at a time: q and k heads are
 // normed (optional), rotated and written; v heads are stored. The head goes
 // through the warp's smem row so that rotate_half can read its partner.
-// qkv: [n_tokens, (n_head + 2 n_head_kv) * D]; dynamic smem: 2 * half + warps * D floats.
+// qkv: [n_tokens, n_head * q_stride + 2 n_head_kv * D], q_stride D, or 2 D when
+// each query head is followed by its output gate (gate_out non-null: the
+// gates are copied there, [n_tokens, n_head, D]). Dynamic smem: 2 * half +
+// warps * D floats.
 template <bool F16>
 __global__ void qkv_rope_store_kernel(const float* __restrict__ qkv, int n_head, int n_head_kv, int D,
                                       const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
                                       const int32_t* __restrict__ positions, const int32_t* __restrict__ slot_mapping,
                                       const float* __restrict__ inv_freq, int half, float* __restrict__ q_out,
-                                      uint16_t* __restrict__ k_cache, uint16_t* __restrict__ v_cache) {
+                                      uint16_t* __restrict__ k_cache, uint16_t* __restrict__ v_cache,
+                                      float* __restrict__ gate_out) {
   pdl_entry();
   extern __shared__ float smem[];
   float* cs = smem;  // [cos(half), sin(half)]
@@ -249,10 +251,14 @@ __global__ void qkv_rope_store_kernel(const float* __restrict__ qkv, int n_head,
   float* buf = smem + 2 * half + warp * D;
   const int64_t slot = slot_mapping[t];
   const int n_total = n_head + 2 * n_head_kv;
-  const int64_t kv_dim = int64_t(n_head_kv) * D;
-  const float* row = qkv + int64_t(t) * n_total * D;
+  const int64_t kv_dim = int64_t(n_head_kv) * D, q_stride = gate_out != nullptr ? 2 * D : D;
+  const float* row = qkv + int64_t(t) * (n_head * q_stride + 2 * kv_dim);
   for (int hh = warp; hh < n_total; hh += n_warps) {
-    const float* src = row + int64_t(hh) * D;
+    const float* src = hh < n_head ? row + hh * q_stride : row + n_head * q_stride + int64_t(hh - n_head) * D;
+    if (hh < n_head && gate_out != nullptr) {
+      float* g = gate_out + (int64_t(t) * n_head + hh) * D;
+      for (int d = lane; d < D; d += 32) g[d] = src[D + d];
+    }
     if (hh >= n_head + n_head_kv) {  // v head
       if (slot >= 0) {
         uint16_t* dst = v_cache + slot * kv_dim + int64_t(hh - n_head - n_head_kv) * D;
@@ -406,7 +412,7 @@ void swiglu_packed(const float* gate_up, int64_t M, int64_t D, float* out, Strea
 
 void qkv_rope_store(const float* qkv, int64_t n_head, int64_t n_head_kv, int64_t head_dim, const float* q_norm,
                     const float* k_norm, float eps, const float* inv_freq, int64_t half, const AttnMeta& meta,
-                    float* q_out, half_bits* k_cache, half_bits* v_cache, Stream s, Half kv) {
+                    float* q_out, half_bits* k_cache, half_bits* v_cache, Stream s, Half kv, float* gate_out) {
   if (meta.n_tokens <= 0) return;
   if (2 * half > head_dim) fail("[cuda] qkv_rope_store: 2 * half = ", 2 * half, " exceeds head_dim ", head_dim);
   if (head_dim > 1024 || n_head + 2 * n_head_kv > 65536)
@@ -416,7 +422,7 @@ void qkv_rope_store(const float* qkv, int64_t n_head, int64_t n_head_kv, int64_t
   auto kernel = kv == Half::F16 ? qkv_rope_store_kernel<true> : qkv_rope_store_kernel<false>;
   launch("qkv_rope_store_kernel", kernel, dim3(blocks_for(meta.n_tokens, 1)), dim3(kWarps * 32), smem, s, qkv,
          int(n_head), int(n_head_kv), int(head_dim), q_norm, k_norm, eps, meta.positions, meta.slot_mapping, inv_freq,
-         int(half), q_out, k_cache, v_cache);
+         int(half), q_out, k_cache, v_cache, gate_out);
 }
 
 }  // namespace augur::cuda

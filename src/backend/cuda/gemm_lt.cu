@@ -184,4 +184,12 @@ void matmul_half(const float* x, int64_t M, int64_t K, int64_t ldx, const half_b
   detail::generic_matmul(x, M, K, ldx, w, N, y, ldy, s, wt);
 }
 
+void swiglu_matmul(const float* gate_up, int64_t M, int64_t D, const half_bits* w, Half wt, int64_t N, float* act,
+                   float* y, Stream s) {
+  if (M <= 0 || N <= 0) return;
+  if (!detail::precision().exact_matmul && detail::skinny_swiglu_matmul(gate_up, M, D, w, N, y, N, s, wt)) return;
+  swiglu_packed(gate_up, M, D, act, s);
+  matmul_half(act, M, D, D, w, wt, N, y, N, s);
+}
+
 }  // namespace augur::cuda

@@ -74,6 +74,11 @@ void add_rms_norm(float* x, const float* o, const float* w, float eps, int64_t M
 // SwiGLU on a fused gate/up projection: out[m, i] = silu(gu[m, i]) * gu[m, D + i].
 // gate_up: [M, 2 * D] f32; out: [M, D] f32
 void swiglu_packed(const float* gate_up, int64_t M, int64_t D, float* out, Stream s);
+// y = swiglu_packed(gate_up) · wᵀ: for M <= 2 in one skinny-GEMM pass that
+// makes the SwiGLU as it reads its input; otherwise swiglu_packed into act
+// ([M, D] f32 scratch), then matmul_half. gate_up: [M, 2D]; w: [N, D]; y: [M, N].
+void swiglu_matmul(const float* gate_up, int64_t M, int64_t D, const half_bits* w, Half wt, int64_t N, float* act,
+                   float* y, Stream s);
 
 // Rotate-half RoPE in place on the first 2*half dims of each head.
 // x: [n_tokens, n_head, head_dim] f32; positions: [n_tokens]; inv_freq: [half] f32
@@ -104,10 +109,13 @@ void store_kv(const float* k, const float* v, int64_t kv_dim, const AttnMeta& me
 // store_kv compute.
 // qkv: [n_tokens, (n_head + 2 * n_head_kv) * head_dim] f32 (q heads, k heads, v heads);
 // q_norm, k_norm: [head_dim] f32 or null; inv_freq: [half]; q_out: [n_tokens, n_head, head_dim] f32;
-// caches: [n_slots, n_head_kv * head_dim] of Half kv.
+// caches: [n_slots, n_head_kv * head_dim] of Half kv. gate_out non-null: each
+// query head in qkv is followed by its output gate (Qwen3.5's q_proj), and the
+// gates are copied to gate_out [n_tokens, n_head, head_dim].
 void qkv_rope_store(const float* qkv, int64_t n_head, int64_t n_head_kv, int64_t head_dim, const float* q_norm,
                     const float* k_norm, float eps, const float* inv_freq, int64_t half, const AttnMeta& meta,
-                    float* q_out, half_bits* k_cache, half_bits* v_cache, Stream s, Half kv = Half::BF16);
+                    float* q_out, half_bits* k_cache, half_bits* v_cache, Stream s, Half kv = Half::BF16,
+                    float* gate_out = nullptr);
 
 // Causal GQA attention over the paged cache: token t at position p attends to
 // positions [max(0, p - window + 1), p] of its row (window 0 = unlimited).

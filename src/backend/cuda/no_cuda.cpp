@@ -49,12 +49,15 @@ void add_rms_norm(float*, const float*, const float*, float, int64_t, int64_t, f
 }
 void swiglu_packed(const float*, int64_t, int64_t, float*, Stream) { no_cuda("swiglu_packed"); }
 void qkv_rope_store(const float*, int64_t, int64_t, int64_t, const float*, const float*, float, const float*, int64_t,
-                    const AttnMeta&, float*, half_bits*, half_bits*, Stream, Half) {
+                    const AttnMeta&, float*, half_bits*, half_bits*, Stream, Half, float*) {
   no_cuda("qkv_rope_store");
 }
 void apply_penalties(float*, int64_t, const PenaltyEntry*, int64_t, Stream) { no_cuda("apply_penalties"); }
 void sample(const float*, int64_t, int64_t, const SampleRow*, int32_t*, Stream) { no_cuda("sample"); }
 void slice_cols(const float*, int64_t, int64_t, int64_t, int64_t, float*, Stream) { no_cuda("slice_cols"); }
+void swiglu_matmul(const float*, int64_t, int64_t, const half_bits*, Half, int64_t, float*, float*, Stream) {
+  no_cuda("swiglu_matmul");
+}
 void causal_conv1d(const float*, const float*, int64_t, int64_t, const RecurrentRow*, int64_t, int64_t, float*, bool,
                    float*, Stream) {
   no_cuda("causal_conv1d");
