@@ -41,8 +41,7 @@ void add_rms_norm(const Tensor& x, const Tensor& o, const Tensor& w, float eps, 
 void swiglu_packed(const Tensor& gate_up, const Tensor& out);
 
 // The down projection of a fused-gate/up MLP: y = swiglu_packed(gate_up) · wᵀ.
-// act: [M, D] f32 scratch (it holds the SwiGLU where one is made; CUDA
-// decode rows make it inside the matmul instead). gate_up: [M, 2D]; w: [N, D]; y: [M, N]
+// act: [M, D] f32 scratch for the SwiGLU. gate_up: [M, 2D]; w: [N, D]; y: [M, N]
 void swiglu_linear(const Tensor& gate_up, const Tensor& w, const Tensor& act, const Tensor& y);
 
 // Paged KV cache of one layer: fixed-size blocks of token slots.

@@ -190,9 +190,8 @@ TEST_F(CudaMatmul, SkinnySplitK) {
   }
 }
 
-// The MLP's down projection with the SwiGLU made as the skinny kernel reads
-// its input (M <= 2), or by swiglu_packed then the matmul (larger M, odd K):
-// against the CPU's swiglu then matmul (f32 products, bf16 / f16 weights).
+// The MLP's down projection (swiglu_packed then the matmul) against the CPU's
+// swiglu then matmul (f32 products, bf16 / f16 weights).
 TEST_F(CudaMatmul, SwigluMatmul) {
   std::mt19937 rng(9);
   for (const bool f16 : {false, true})
@@ -209,8 +208,9 @@ TEST_F(CudaMatmul, SwigluMatmul) {
             const float g = gu[size_t(m * 2 * D + i)], u = gu[size_t(m * 2 * D + D + i)];
             act[size_t(m * D + i)] = g / (1.0f + std::exp(-g)) * u;
           }
-        cpu::matmul(act.data(), M, D, D, w.data(), f16 ? DType::F16 : DType::BF16, N, ref.data(), N,
-                    ThreadPool::global());
+        std::vector<float> wf(w.size());  // the CPU matmul takes bf16 or f32 weights
+        for (size_t i = 0; i < w.size(); ++i) wf[i] = f16 ? f16_to_f32(w[i]) : bf16_to_f32(w[i]);
+        cpu::matmul(act.data(), M, D, D, wf.data(), DType::F32, N, ref.data(), N, ThreadPool::global());
         Dev<float> dgu(gu), dact(size_t(M * D)), dy(size_t(M * N));
         Dev<uint16_t> dw(w);
         dy.poison();
@@ -218,7 +218,7 @@ TEST_F(CudaMatmul, SwigluMatmul) {
         const ErrStats e = compare(dy.download(), ref);
         EXPECT_TRUE(e.all_finite) << "M " << M << " D " << D;
         // Skinny rows: f32 products; the tensor-core path rounds its input.
-        EXPECT_LE(e.rel_l2, M <= 2 && D % 8 == 0 ? 1e-5 : 2e-3) << "M " << M << " D " << D << " f16 " << f16;
+        EXPECT_LE(e.rel_l2, M <= 2 && D % 8 == 0 ? 1e-5 : 5e-3) << "M " << M << " D " << D << " f16 " << f16;
       }
 }
 

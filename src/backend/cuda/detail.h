@@ -35,11 +35,6 @@ int skinny_splits(int64_t M, int64_t K, int64_t N);
 // Returns false when cuBLASLt has no algorithm (or no algo-th one).
 bool lt_matmul(const half_bits* xb, int64_t M, int64_t K, const half_bits* w, int64_t N, float* y,
                int64_t ldy, Stream s, int algo = -1, Half t = Half::BF16);
-// y = (silu(gate_up[:, :K]) * gate_up[:, K:]) · wᵀ through the skinny kernel,
-// the SwiGLU made as x is read. gate_up: [M, 2K] contiguous. Returns false
-// (nothing queued) unless M <= 2 and the operands suit the skinny kernel.
-bool skinny_swiglu_matmul(const float* gate_up, int64_t M, int64_t K, const half_bits* w, int64_t N, float* y,
-                          int64_t ldy, Stream s, Half wt);
 // Fallback for shapes cuBLASLt refuses: one warp per output column.
 void generic_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, int64_t N,
                     float* y, int64_t ldy, Stream s, Half wt = Half::BF16);

@@ -30,10 +30,7 @@ constexpr int kChunk = 256;           // K granularity of a split (partial passe
 // the same x (L1 hits). A tile is R consecutive rows; MR >= M rows of x.
 // x: [M, K] f32 (row stride ldx, 16-byte aligned rows); w: [N, K] bf16 or f16 (F16; K % 8 == 0);
 // y: [M, N] f32 (row stride ldy); partials: [S, n_tiles, R * MR]; counters: [n_tiles]
-// SWIGLU: x is a fused gate/up projection [M, 2K] (ldx >= 2K) and the input
-// row is silu(x[m, :K]) * x[m, K:], made as it is read (the down projection
-// of an MLP without a separate SwiGLU pass).
-template <int MR, int R, bool F16, bool SWIGLU = false>
+template <int MR, int R, bool F16>
 __global__ void __launch_bounds__(kWarps * 32)
     rows_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
                 float* __restrict__ y, int64_t ldy, int S, int kper, float* __restrict__ partials,
@@ -88,14 +85,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int m = 0; m < MR; ++m) {
         if (m >= M) break;
-        float4 a = __ldg(reinterpret_cast<const float4*>(xr + m * ldx + kk));
-        float4 b = __ldg(reinterpret_cast<const float4*>(xr + m * ldx + kk + 4));
-        if constexpr (SWIGLU) {
-          const float4 ua = __ldg(reinterpret_cast<const float4*>(xr + m * ldx + K + kk));
-          const float4 ub = __ldg(reinterpret_cast<const float4*>(xr + m * ldx + K + kk + 4));
-          a = make_float4(silu_mul(a.x, ua.x), silu_mul(a.y, ua.y), silu_mul(a.z, ua.z), silu_mul(a.w, ua.w));
-          b = make_float4(silu_mul(b.x, ub.x), silu_mul(b.y, ub.y), silu_mul(b.z, ub.z), silu_mul(b.w, ub.w));
-        }
+        const float4 a = __ldg(reinterpret_cast<const float4*>(xr + m * ldx + kk));
+        const float4 b = __ldg(reinterpret_cast<const float4*>(xr + m * ldx + kk + 4));
 #pragma unroll
         for (int r = 0; r < R; ++r)
           acc[r][m] += a.x * wf[r][0] + a.y * wf[r][1] + a.z * wf[r][2] + a.w * wf[r][3] + b.x * wf[r][4] +
@@ -225,24 +216,6 @@ void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half
                          : (f16 ? rows_kernel<8, kRows, true> : rows_kernel<8, kRows, false>);
   launch("rows_kernel", kernel, dim3(blocks), dim3(kWarps * 32), 0, s, x, int(M), int(K), ldx, w, int(N), y, ldy, p.S,
          p.kper, partials, counters);
-}
-
-bool skinny_swiglu_matmul(const float* gate_up, int64_t M, int64_t K, const half_bits* w, int64_t N, float* y,
-                          int64_t ldy, Stream s, Half wt) {
-  Context& c = context();
-  const bool fast = M >= 1 && M <= 2 && K % 8 == 0 && aligned16(gate_up) && aligned16(w) &&
-                    K < (int64_t(1) << 30) && N < (int64_t(1) << 31);
-  if (!fast) return false;
-  const SkinnyPlan p = plan_skinny(K, N, kRows, kRows * 8, c.sm_count, 0);
-  const unsigned blocks = unsigned(p.S * ceil_div(ceil_div(N, kRows), kWarps));
-  float* partials = static_cast<float*>(c.splitk_partials.get());
-  int* counters = static_cast<int*>(c.splitk_counters.get());
-  const bool f16 = wt == Half::F16;
-  auto kernel = M <= 1 ? (f16 ? rows_kernel<1, kRows, true, true> : rows_kernel<1, kRows, false, true>)
-                       : (f16 ? rows_kernel<2, kRows, true, true> : rows_kernel<2, kRows, false, true>);
-  launch("rows_kernel (swiglu)", kernel, dim3(blocks), dim3(kWarps * 32), 0, s, gate_up, int(M), int(K), 2 * K, w,
-         int(N), y, ldy, p.S, p.kper, partials, counters);
-  return true;
 }
 
 void generic_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, int64_t N,

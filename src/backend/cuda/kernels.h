@@ -74,9 +74,8 @@ void add_rms_norm(float* x, const float* o, const float* w, float eps, int64_t M
 // SwiGLU on a fused gate/up projection: out[m, i] = silu(gu[m, i]) * gu[m, D + i].
 // gate_up: [M, 2 * D] f32; out: [M, D] f32
 void swiglu_packed(const float* gate_up, int64_t M, int64_t D, float* out, Stream s);
-// y = swiglu_packed(gate_up) · wᵀ: for M <= 2 in one skinny-GEMM pass that
-// makes the SwiGLU as it reads its input; otherwise swiglu_packed into act
-// ([M, D] f32 scratch), then matmul_half. gate_up: [M, 2D]; w: [N, D]; y: [M, N].
+// y = swiglu_packed(gate_up) · wᵀ: swiglu_packed into act ([M, D] f32
+// scratch), then matmul_half. gate_up: [M, 2D]; w: [N, D]; y: [M, N].
 void swiglu_matmul(const float* gate_up, int64_t M, int64_t D, const half_bits* w, Half wt, int64_t N, float* act,
                    float* y, Stream s);
 
