@@ -698,6 +698,45 @@ void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& 
                                   beta.data<float>(), scale, d, rows, state.data<float>(), out.data<float>());
 }
 
+void gated_delta_rule_step(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a, const Tensor& b,
+                           const Tensor& a_log, const Tensor& dt_bias, float qk_eps, float scale,
+                           std::span<const RecurrentRow> rows, const Tensor& state, const Tensor& out,
+                           const DeviceBatch* device) {
+  const char* op = "gated_delta_rule_step";
+  require_all_on(op, q.device(), {{&a, "a"}, {&b, "b"}, {&a_log, "a_log"}, {&dt_bias, "dt_bias"}});
+  const int64_t H = v.dim(1);
+  require(a.numel() == q.dim(0) * H && b.numel() == a.numel() && a_log.numel() == H && dt_bias.numel() == H, op,
+          "a ", a.shape_str(), ", b ", b.shape_str(), ", a_log ", a_log.shape_str(), ", dt_bias ",
+          dt_bias.shape_str(), " do not fit v ", v.shape_str());
+  // Validates q, k, v, state, out and rows as the recurrent op does (a and b
+  // stand in for g and beta, whose shapes they share).
+  const auto d = check_delta_rule(op, q, k, v, a, b, rows, state, out);
+  if (q.device() == Device::CUDA) {
+    if (rows.empty()) return;
+    std::shared_ptr<Buffer> keep;
+    cuda::DeltaRuleFusion f;
+    f.a = a.data<float>();
+    f.b = b.data<float>();
+    f.a_log = a_log.data<float>();
+    f.dt_bias = dt_bias.data<float>();
+    f.l2norm = true;
+    f.eps = qk_eps;
+    cuda::gated_delta_rule_recurrent(q.data<float>(), k.data<float>(), v.data<float>(), nullptr, nullptr, scale,
+                                     cuda_dims(d), device_rows(rows, device, keep), int64_t(rows.size()),
+                                     state.data<float>(), out.data<float>(), cuda::stream(), &f);
+    return;
+  }
+  // The CPU composes the three ops.
+  Tensor qn = Tensor::empty(DType::F32, q.shape().data(), q.ndim());
+  Tensor kn = Tensor::empty(DType::F32, k.shape().data(), k.ndim());
+  Tensor g = Tensor::empty(DType::F32, a.shape().data(), a.ndim());
+  Tensor beta = Tensor::empty(DType::F32, a.shape().data(), a.ndim());
+  l2norm(q, qk_eps, qn);
+  l2norm(k, qk_eps, kn);
+  delta_rule_gates(a, b, a_log, dt_bias, g, beta);
+  gated_delta_rule_recurrent(qn, kn, v, g, beta, scale, rows, state, out);
+}
+
 void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                               const Tensor& beta, float scale, int64_t chunk_size,
                               std::span<const RecurrentRow> rows, const Tensor& state, const Tensor& out,

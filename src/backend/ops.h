@@ -216,6 +216,16 @@ void gated_delta_rule_recurrent(const Tensor& q, const Tensor& k, const Tensor& 
                                 const Tensor& beta, float scale, std::span<const RecurrentRow> rows,
                                 const Tensor& state, const Tensor& out,
                                 const DeviceBatch* device = nullptr);
+// A decode step of the Gated DeltaNet core in one pass: q and k L2-normalised
+// with qk_eps (as l2norm), g and beta from the raw projections (as
+// delta_rule_gates), then the recurrent form. Equal to those three ops in
+// turn; q and k are left as they are. Rows must be short (recurrent form).
+// q, k: [n_tokens, n_head_k, head_dim_k] f32 (not yet normalised); a, b:
+// [n_tokens, n_head] f32 (raw in_proj_a / in_proj_b); a_log, dt_bias: [n_head] f32
+void gated_delta_rule_step(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a, const Tensor& b,
+                           const Tensor& a_log, const Tensor& dt_bias, float qk_eps, float scale,
+                           std::span<const RecurrentRow> rows, const Tensor& state, const Tensor& out,
+                           const DeviceBatch* device = nullptr);
 // Chunked form (torch_chunk_gated_delta_rule): chunks of chunk_size tokens from
 // each row's first token, intra-chunk work by the UT transform, one state update
 // per chunk. Equal to the recurrent form within float rounding. (CUDA:

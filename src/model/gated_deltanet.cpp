@@ -35,11 +35,16 @@ void gated_deltanet_block(const Tensor& x, const GatedDeltaNetWeights& w, const 
     ops::linear(x, w.in_all, proj.reshape({1, C + V + 2 * H}));
     ops::causal_conv1d(mixed, w.conv, rows, state.conv, true, conv, device);
     const Tensor flat = conv.reshape({C});
-    const Tensor qk = part(flat, 0, {2 * Hk, dk});
-    ops::l2norm(qk, 1e-6f, qk);  // use_qk_l2norm_in_kernel, q and k heads at once
     q = part(flat, 0, {1, Hk, dk});
     k = part(flat, Hk * dk, {1, Hk, dk});
     v = part(flat, 2 * Hk * dk, {1, H, dv});
+    // use_qk_l2norm_in_kernel, the gates and the recurrent step in one pass.
+    Tensor core = scratch.get("gdn.core", {1, H, dv});
+    ops::gated_delta_rule_step(q, k, v, a, b, w.a_log, w.dt_bias, 1e-6f, 1.0f / std::sqrt(float(dk)), rows,
+                               state.state, core, device);
+    ops::gated_rms_norm(core.reshape({H, dv}), z, w.norm, s.norm_eps, core.reshape({H, dv}));
+    ops::linear(core.reshape({1, H * dv}), w.out, out);
+    return;
   } else {
     mixed = scratch.get("gdn.mixed", {T, C});
     z = scratch.get("gdn.z", {T * H, dv});

@@ -412,5 +412,38 @@ TEST(GatherScatter, RowsMoveAndAddInOrder) {
   EXPECT_THROW(ops::gather_rows(x, std::vector<int32_t>{5, 0, 0}, g), Error);
 }
 
+// The fused decode step is the three ops in turn (q and k untouched), and it
+// checks its gate inputs.
+TEST(GatedDeltaRuleStep, EqualsNormGatesThenRecurrent) {
+  std::mt19937 rng(77);
+  const int64_t Hk = 2, H = 4, dk = 16, dv = 8;
+  const auto rows = make_rows({1, 3}, {1, 0});
+  const int64_t T = 4;
+  Tensor q = random_tensor({T, Hk, dk}, rng), k = random_tensor({T, Hk, dk}, rng), v = random_tensor({T, H, dv}, rng);
+  Tensor a = random_tensor({T, H}, rng, -3.0f, 3.0f), b = random_tensor({T, H}, rng, -3.0f, 3.0f);
+  Tensor a_log = random_tensor({H}, rng), dt_bias = random_tensor({H}, rng);
+  Tensor state0 = random_tensor({2, H, dk, dv}, rng, -0.1f, 0.1f);
+  auto copy_of = [](const Tensor& t) {
+    Tensor c = Tensor::empty(t.dtype(), t.shape().data(), t.ndim());
+    std::memcpy(c.raw(), t.raw(), t.nbytes());
+    return c;
+  };
+  Tensor q0 = copy_of(q), k0 = copy_of(k);
+  Tensor st1 = copy_of(state0), out1 = Tensor::empty(DType::F32, {T, H, dv});
+  ops::gated_delta_rule_step(q, k, v, a, b, a_log, dt_bias, 1e-6f, 0.25f, rows, st1, out1);
+  Tensor qn = copy_of(q), kn = copy_of(k), g = Tensor::empty(DType::F32, {T, H}), beta = Tensor::empty(DType::F32, {T, H});
+  ops::l2norm(qn.reshape({T * Hk, dk}), 1e-6f, qn.reshape({T * Hk, dk}));
+  ops::l2norm(kn.reshape({T * Hk, dk}), 1e-6f, kn.reshape({T * Hk, dk}));
+  ops::delta_rule_gates(a, b, a_log, dt_bias, g, beta);
+  Tensor st2 = copy_of(state0), out2 = Tensor::empty(DType::F32, {T, H, dv});
+  ops::gated_delta_rule_recurrent(qn, kn, v, g, beta, 0.25f, rows, st2, out2);
+  EXPECT_EQ(std::memcmp(out1.raw(), out2.raw(), out1.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(st1.raw(), st2.raw(), st1.nbytes()), 0);
+  EXPECT_EQ(std::memcmp(q.raw(), q0.raw(), q.nbytes()), 0) << "q left as it was";
+  EXPECT_EQ(std::memcmp(k.raw(), k0.raw(), k.nbytes()), 0) << "k left as it was";
+  Tensor short_log = random_tensor({H - 1}, rng);
+  EXPECT_THROW(ops::gated_delta_rule_step(q, k, v, a, b, short_log, dt_bias, 1e-6f, 0.25f, rows, st1, out1), Error);
+}
+
 }  // namespace
 }  // namespace augur

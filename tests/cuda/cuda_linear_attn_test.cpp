@@ -199,6 +199,29 @@ TEST_P(CudaDeltaRule, RecurrentMatchesCpu) {
   }
 }
 
+// The fused decode step (q/k L2 norm, gates from the raw projections, the
+// recurrent form in one kernel) against the CPU's three ops in turn.
+TEST_P(CudaDeltaRule, FusedStepMatchesCpu) {
+  const DeltaCase c = GetParam();
+  const int64_t n_slots = 4;
+  const float scale = 1.0f / std::sqrt(float(c.dk));
+  Tensor state = rand({n_slots, c.n_head, c.dk, c.dv}, -0.1f, 0.1f);
+  Tensor gstate = gpu(state);
+  Tensor a_log = rand({c.n_head}, -1.0f, 1.0f), dt_bias = rand({c.n_head}, -0.5f, 0.5f);
+  for (const Rows& rows : {Rows{{0, 1, 2}}, Rows{{0, 1, 0}, {1, 1, 3}, {2, 1, 1}}, Rows{{0, 5, 2}, {5, 16, 1}}}) {
+    const int64_t T = total_tokens(rows);
+    Tensor q = rand({T, c.n_head_k, c.dk}), k = rand({T, c.n_head_k, c.dk}), v = rand({T, c.n_head, c.dv});
+    Tensor a = rand({T, c.n_head}, -3.0f, 3.0f), b = rand({T, c.n_head}, -3.0f, 3.0f);
+    Tensor want = Tensor::empty(DType::F32, {T, c.n_head, c.dv});
+    ops::gated_delta_rule_step(q, k, v, a, b, a_log, dt_bias, 1e-6f, scale, rows, state, want);
+    Tensor got = poisoned({T, c.n_head, c.dv});
+    ops::gated_delta_rule_step(gpu(q), gpu(k), gpu(v), gpu(a), gpu(b), gpu(a_log), gpu(dt_bias), 1e-6f, scale, rows,
+                               gstate, got);
+    EXPECT_LT(rel_err(got, want), 1e-4f) << rows.size() << " rows";
+    EXPECT_LT(rel_err(gstate, state), 1e-4f) << rows.size() << " rows";
+  }
+}
+
 // The chunked form on CUDA against the CPU's (chunks of 64 and 16), and
 // against the recurrent form on CUDA; states carried over two calls.
 TEST_P(CudaDeltaRule, ChunkedMatchesCpuAndRecurrent) {

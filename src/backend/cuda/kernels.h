@@ -199,9 +199,21 @@ struct DeltaRuleDims {
 // head_dim_k <= 256.
 // Recurrent form: one block per (row, value head, 32 state columns); the
 // state is read and written once per call, held in registers across tokens.
+// Work a decode step folds into the recurrent form (DeltaRuleFusion given):
+// g and beta from the raw projections a, b [n_tokens, n_head] as
+// delta_rule_gates makes them (g, beta unused), and, when l2norm, q and k
+// L2-normalised with eps as the l2norm op does (q, k raw).
+struct DeltaRuleFusion {
+  const float* a = nullptr;
+  const float* b = nullptr;
+  const float* a_log = nullptr;
+  const float* dt_bias = nullptr;
+  bool l2norm = false;
+  float eps = 1e-6f;
+};
 void gated_delta_rule_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,
                                 float scale, const DeltaRuleDims& dims, const RecurrentRow* rows, int64_t n_rows,
-                                float* state, float* out, Stream s);
+                                float* state, float* out, Stream s, const DeltaRuleFusion* fuse = nullptr);
 // Chunked form: one block per (row, value head, 32 state columns), chunks of
 // chunk_size (<= 64) tokens in shared memory, f32 throughout.
 void gated_delta_rule_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,

@@ -38,16 +38,18 @@ constexpr int kConvSegment = 64;
 // Reference: causal_conv1d_fn over the kept tail followed by the new inputs,
 // taps j = 0 .. K-1. grid: (ceil(C / kThreads), n_rows, ceil(max_row_tokens / kConvSegment)).
 // x, out: [n_tokens, C]; w: [C, K]; conv_state: [n_slots, K-1, C] (read only here)
+// tail_here (every row one segment): the one thread of each (row, channel)
+// also leaves the new tail, after reading the old (no conv_tail_kernel).
 __global__ void causal_conv1d_kernel(const float* __restrict__ x, const float* __restrict__ w, int64_t C, int K,
-                                     const RecurrentRow* __restrict__ rows, const float* __restrict__ conv_state,
-                                     bool silu, float* __restrict__ out) {
+                                     const RecurrentRow* __restrict__ rows, float* __restrict__ conv_state,
+                                     bool silu, bool tail_here, float* __restrict__ out) {
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const RecurrentRow row = rows[blockIdx.y];
   const int i0 = int(blockIdx.z) * kConvSegment;
   if (c >= C || i0 >= row.n_tokens) return;
   const int i1 = min(row.n_tokens, i0 + kConvSegment);
   const int tail = K - 1;
-  const float* st = conv_state + int64_t(row.slot) * tail * C;  // [K-1, C]
+  float* st = conv_state + int64_t(row.slot) * tail * C;  // [K-1, C]
   const float* xr = x + int64_t(row.token_begin) * C;             // [n, C]
   float* orow = out + int64_t(row.token_begin) * C;
   const float* wc = w + c * K;
@@ -59,6 +61,13 @@ __global__ void causal_conv1d_kernel(const float* __restrict__ x, const float* _
       acc += wc[j] * in;
     }
     orow[int64_t(i) * C + c] = silu ? silu_f(acc) : acc;
+  }
+  if (tail_here) {  // as conv_tail_kernel
+    const int n = row.n_tokens;
+    for (int p = 0; p < tail; ++p) {
+      const int m = n - tail + p;
+      st[int64_t(p) * C + c] = m >= 0 ? xr[int64_t(m) * C + c] : st[int64_t(tail + m) * C + c];
+    }
   }
 }
 
@@ -146,8 +155,9 @@ template <int KPT>
 __global__ void __launch_bounds__(kCols* kNs) gdr_recurrent_kernel(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const float* __restrict__ g, const float* __restrict__ beta, float scale, int n_head_k, int n_head, int dk,
-    int dv, const RecurrentRow* __restrict__ rows, float* __restrict__ state, float* __restrict__ out) {
-  __shared__ float sk[kNs * KPT], sq[kNs * KPT];
+    int dv, const RecurrentRow* __restrict__ rows, float* __restrict__ state, float* __restrict__ out,
+    DeltaRuleFusion fuse) {
+  __shared__ float sk[kNs * KPT], sq[kNs * KPT], inv_norm[2];
   const RecurrentRow row = rows[blockIdx.x];
   if (row.n_tokens <= 0) return;  // uniform over the block
   const int h = blockIdx.y, hk = h / (n_head / n_head_k);
@@ -165,10 +175,40 @@ __global__ void __launch_bounds__(kCols* kNs) gdr_recurrent_kernel(
     __syncthreads();  // the previous token's reads of sk, sq are done
     for (int a = threadIdx.x; a < dk; a += blockDim.x) {
       sk[a] = k[(t * n_head_k + hk) * dk + a];
-      sq[a] = q[(t * n_head_k + hk) * dk + a] * scale;
+      sq[a] = q[(t * n_head_k + hk) * dk + a] * (fuse.l2norm ? 1.0f : scale);
     }
     __syncthreads();
-    const float decay = expf(g[t * n_head + h]), b = beta[t * n_head + h];
+    if (fuse.l2norm) {  // as l2norm_kernel (same sums), then the scale
+      if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        float kk = 0.0f, qq = 0.0f;
+        for (int a = lane; a < dk; a += 32) {
+          kk += sk[a] * sk[a];
+          qq += sq[a] * sq[a];
+        }
+        kk = warp_sum(kk);
+        qq = warp_sum(qq);
+        if (lane == 0) {
+          inv_norm[0] = 1.0f / sqrtf(kk + fuse.eps);
+          inv_norm[1] = 1.0f / sqrtf(qq + fuse.eps);
+        }
+      }
+      __syncthreads();
+      for (int a = threadIdx.x; a < dk; a += blockDim.x) {
+        sk[a] = sk[a] * inv_norm[0];
+        sq[a] = sq[a] * inv_norm[1] * scale;
+      }
+      __syncthreads();
+    }
+    float decay, b;
+    if (fuse.a != nullptr) {  // as delta_rule_gates_kernel
+      const float gt = -expf(fuse.a_log[h]) * softplus_f(fuse.a[t * n_head + h] + fuse.dt_bias[h]);
+      decay = expf(gt);
+      b = sigmoid_f(fuse.b[t * n_head + h]);
+    } else {
+      decay = expf(g[t * n_head + h]);
+      b = beta[t * n_head + h];
+    }
     float kv = 0.0f;
 #pragma unroll
     for (int i = 0; i < KPT; ++i) {
@@ -353,9 +393,10 @@ void causal_conv1d(const float* x, const float* w, int64_t C, int64_t K, const R
   if (n_rows == 0 || max_row_tokens <= 0 || C == 0) return;
   if (n_rows > 65535) fail("[causal_conv1d] ", n_rows, " rows exceed one launch");
   const dim3 grid(blocks_for(C, kThreads), unsigned(n_rows), blocks_for(max_row_tokens, kConvSegment));
-  causal_conv1d_kernel<<<grid, kThreads, 0, s>>>(x, w, C, int(K), rows, conv_state, silu, out);
+  const bool tail_here = max_row_tokens <= kConvSegment;
+  causal_conv1d_kernel<<<grid, kThreads, 0, s>>>(x, w, C, int(K), rows, conv_state, silu, tail_here, out);
   AUGUR_LAUNCHED("causal_conv1d");
-  if (K > 1) {
+  if (K > 1 && !tail_here) {
     conv_tail_kernel<<<dim3(blocks_for(C, kThreads), unsigned(n_rows)), kThreads, 0, s>>>(x, C, int(K), rows,
                                                                                            conv_state);
     AUGUR_LAUNCHED("causal_conv1d (tail)");
@@ -400,13 +441,14 @@ void check_delta_rule_launch(const char* op, const DeltaRuleDims& d, int64_t n_r
 
 void gated_delta_rule_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,
                                 float scale, const DeltaRuleDims& d, const RecurrentRow* rows, int64_t n_rows,
-                                float* state, float* out, Stream s) {
+                                float* state, float* out, Stream s, const DeltaRuleFusion* fuse) {
   check_delta_rule_launch("gated_delta_rule_recurrent", d, n_rows);
   if (n_rows == 0 || d.head_dim_v == 0) return;
   const dim3 grid(unsigned(n_rows), unsigned(d.n_head), blocks_for(d.head_dim_v, kCols));
   const int hk = int(d.n_head_k), h = int(d.n_head), dk = int(d.head_dim_k), dv = int(d.head_dim_v);
+  const DeltaRuleFusion f = fuse != nullptr ? *fuse : DeltaRuleFusion{};
   auto launch = [&](auto kernel) {
-    kernel<<<grid, kCols * kNs, 0, s>>>(q, k, v, g, beta, scale, hk, h, dk, dv, rows, state, out);
+    kernel<<<grid, kCols * kNs, 0, s>>>(q, k, v, g, beta, scale, hk, h, dk, dv, rows, state, out, f);
   };
   if (dk <= kNs * 4)
     launch(gdr_recurrent_kernel<4>);

@@ -68,7 +68,7 @@ void delta_rule_gates(const float*, const float*, const float*, const float*, in
   no_cuda("delta_rule_gates");
 }
 void gated_delta_rule_recurrent(const float*, const float*, const float*, const float*, const float*, float,
-                                const DeltaRuleDims&, const RecurrentRow*, int64_t, float*, float*, Stream) {
+                                const DeltaRuleDims&, const RecurrentRow*, int64_t, float*, float*, Stream, const DeltaRuleFusion*) {
   no_cuda("gated_delta_rule_recurrent");
 }
 void gated_delta_rule_chunked(const float*, const float*, const float*, const float*, const float*, float, int64_t,
