@@ -254,6 +254,12 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// Blocks of per_block elements covering n (at least one), for a 1-D grid.
+inline unsigned blocks_for(int64_t n, int64_t per_block) {
+  const int64_t b = ceil_div(n, per_block);
+  if (b > int64_t(0x7fffffff)) fail("[cuda] ", n, " elements are too many for one launch");
+  return unsigned(b > 1 ? b : 1);
+}
 __host__ __device__ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace augur::cuda

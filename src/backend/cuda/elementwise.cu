@@ -12,12 +12,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned blocks_for(int64_t n, int64_t per_block) {
-  const int64_t b = ceil_div(n, per_block);
-  if (b > int64_t(0x7fffffff)) fail("[cuda] ", n, " elements are too many for one launch");
-  return unsigned(std::max<int64_t>(b, 1));
-}
-
 // table: [n_vocab, d_model] bf16 or f16; ids: [n_tokens]; out: [n_tokens, d_model] f32
 template <bool F16>
 __global__ void embedding_kernel(const uint16_t* __restrict__ table, int64_t d_model,

@@ -11,12 +11,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned blocks_for(int64_t n, int64_t per_block) {
-  const int64_t b = ceil_div(n, per_block);
-  if (b > int64_t(0x7fffffff)) fail("[cuda] ", n, " elements are too many for one launch");
-  return unsigned(std::max<int64_t>(b, 1));
-}
-
 __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
 // torch.nn.functional.softplus with beta 1, threshold 20.
