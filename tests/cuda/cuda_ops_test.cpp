@@ -17,6 +17,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -644,6 +645,137 @@ TEST_F(CudaAttention, DecodeGraphReplay) {
     EXPECT_TRUE(e.all_finite) << describe(c);
     EXPECT_LE(e.max_abs, 2e-5) << describe(c);
   }
+}
+
+// Flash-decoding with a forced split length, twice in a row on the same
+// buffers (cache, q, out, workspace and the Context's split counters), the
+// second time at other positions: rows whose context spans several splits
+// come to fit one and the reverse, so a counter the first launch left
+// non-zero would leave outputs unwritten (poisoned) or merged early. Each
+// launch is repeated bit-identically (splits merge in split order, whichever
+// block ends last), then both are replayed twice through one CUDA graph.
+struct DecodeTwiceCase {
+  int64_t n_head, n_head_kv, head_dim;
+  int split_len;
+  std::vector<int32_t> first, second;  // position of each row's one token, per launch
+  int32_t window = 0;
+};
+
+std::string describe(const DecodeTwiceCase& c) {
+  std::string s = "heads " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) + " dim " +
+                  std::to_string(c.head_dim) + " split_len " + std::to_string(c.split_len) + " window " +
+                  std::to_string(c.window) + " positions";
+  for (size_t r = 0; r < c.first.size(); ++r) {
+    s += ' ';
+    s += std::to_string(c.first[r]);
+    s += "->";
+    s += std::to_string(c.second[r]);
+  }
+  return s;
+}
+
+void run_decode_twice(const DecodeTwiceCase& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t D = c.head_dim, bs = 16, n_rows = int64_t(c.first.size());
+  int32_t max_pos = 0;
+  for (size_t r = 0; r < c.first.size(); ++r) max_pos = std::max({max_pos, c.first[r], c.second[r]});
+  const int64_t max_blocks = (max_pos + bs) / bs, n_blocks = n_rows * max_blocks;
+  std::vector<int32_t> tables(static_cast<size_t>(n_blocks));  // [n_rows, max_blocks], blocks scattered
+  std::iota(tables.begin(), tables.end(), 0);
+  std::shuffle(tables.begin(), tables.end(), rng);
+  std::vector<int32_t> token_row(static_cast<size_t>(n_rows));
+  std::iota(token_row.begin(), token_row.end(), 0);
+  const size_t cache_elems = size_t(n_blocks * bs * c.n_head_kv * D);
+  std::vector<uint16_t> kc = rand_bf16(cache_elems, rng), vc = rand_bf16(cache_elems, rng);
+  std::vector<float> kf(cache_elems), vf(cache_elems);
+  for (size_t i = 0; i < cache_elems; ++i) kf[i] = bf16_to_f32(kc[i]), vf[i] = bf16_to_f32(vc[i]);
+  const float scale = 1.0f / std::sqrt(float(D));
+  const size_t q_elems = size_t(n_rows * c.n_head * D);
+
+  struct Launch {
+    std::vector<int32_t> positions;
+    std::vector<float> q, ref;
+  };
+  std::vector<Launch> launches;
+  for (const std::vector<int32_t>* pos : {&c.first, &c.second}) {
+    Launch l{*pos, randn(q_elems, rng, -2.f, 2.f), std::vector<float>(q_elems)};
+    std::vector<ops::AttnRow> rows;
+    for (int64_t r = 0; r < n_rows; ++r)
+      rows.push_back({int32_t(r), 1, (*pos)[size_t(r)],
+                      std::span<const int32_t>(tables.data() + r * max_blocks, size_t(max_blocks))});
+    cpu::paged_attention(l.q.data(), kf.data(), vf.data(), bs, c.n_head, c.n_head_kv, D, rows, scale, c.window,
+                         l.ref.data());
+    launches.push_back(std::move(l));
+  }
+
+  Dev<float> dq(q_elems), dout(q_elems);
+  Dev<float> ws(size_t(n_rows * c.n_head) * size_t((max_pos + c.split_len) / c.split_len) * size_t(D + 2));
+  Dev<uint16_t> dk(kc), dv(vc);
+  Dev<int32_t> dpos(c.first), drow(token_row), dbt(tables);
+  AttnMeta meta;
+  meta.positions = dpos.get();
+  meta.token_row = drow.get();
+  meta.block_tables = dbt.get();
+  meta.max_blocks = int32_t(max_blocks);
+  meta.n_tokens = int32_t(n_rows);
+  meta.max_context = max_pos + 1;
+  meta.max_row_tokens = 1;
+  auto decode = [&] {
+    detail::paged_attention_decode(dq.get(), dk.get(), dv.get(), bs, c.n_head, c.n_head_kv, D, meta, scale, c.window,
+                                   dout.get(), ws.get(), stream(), c.split_len);
+  };
+  auto expect_ok = [&](const std::vector<float>& got, const Launch& l, const std::string& what) {
+    const ErrStats e = compare(got, l.ref);
+    EXPECT_TRUE(e.all_finite) << what << ": " << describe(c);
+    EXPECT_LE(e.max_abs, 2e-5) << what << ": " << describe(c);
+  };
+
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const Launch& l = launches[i];
+    dpos.upload(l.positions);
+    dq.upload(l.q);
+    ws.poison();  // a merge may read only partials written by its own launch
+    dout.poison();
+    decode();
+    const std::vector<float> got = dout.download();
+    expect_ok(got, l, "launch " + std::to_string(i));
+    dout.poison();
+    decode();
+    const std::vector<float> again = dout.download();
+    EXPECT_EQ(std::memcmp(again.data(), got.data(), got.size() * sizeof(float)), 0)
+        << "launch " << i << " repeated differs: " << describe(c);
+  }
+
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  decode();
+  ASSERT_EQ(cudaStreamEndCapture(stream(), &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int rep = 0; rep < 2; ++rep)
+    for (size_t i = 0; i < launches.size(); ++i) {
+      dpos.upload(launches[i].positions);
+      dq.upload(launches[i].q);
+      dout.poison();
+      EXPECT_EQ(cudaGraphLaunch(exec, stream()), cudaSuccess);
+      expect_ok(dout.download(), launches[i], "replay " + std::to_string(rep) + " of launch " + std::to_string(i));
+    }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+TEST_F(CudaAttention, DecodeTwiceOnSameBuffers) {
+  uint32_t seed = 400;
+  // Qwen3-8B heads (GP 4): 16 splits -> fits one, 11 -> 16, fits one -> 5.
+  run_decode_twice({32, 8, 128, 64, {1000, 700, 5}, {40, 1000, 300}}, seed++);
+  // GQA 12: two head passes of 8 and 4 heads; head_dim 256.
+  run_decode_twice({24, 2, 256, 128, {517, 3}, {900, 129}}, seed++);
+  // One head per block, head_dim 16: 32 thread groups share each output lane of the merge.
+  run_decode_twice({4, 4, 16, 32, {300, 31}, {31, 100}}, seed++);
+  // A split length that is not a multiple of the stage; a row at position 0.
+  run_decode_twice({8, 2, 64, 48, {0, 500, 199}, {700, 47, 200}}, seed++);
+  // Sliding window: the splits counted from the window's first key.
+  run_decode_twice({8, 2, 128, 64, {1000, 90}, {300, 1000}, 200}, seed++);
 }
 
 TEST_F(CudaAttention, RejectsBadShapes) {

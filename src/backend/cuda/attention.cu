@@ -9,8 +9,11 @@
 // one) and keeps its own online softmax (m, l, acc), so warps never wait on
 // each other until the end, where the block merges its 4 warps and writes
 // either the output (the token's context fits one split) or a partial
-// (acc, m, l) that reduce_kernel merges. Grid sizes depend only on sizes,
-// never on positions: a split with no keys exits at once.
+// (acc, m, l). The last block of a (token, KV head, head pass) to write its
+// partial (a counter per triple, as the split-K GEMV in gemv.cu) merges all
+// the splits in split order and writes the output: one launch, deterministic,
+// counters left at zero for the next launch or graph replay. Grid sizes
+// depend only on sizes, never on positions: a split with no keys exits at once.
 //
 // Prefill (many tokens): FlashAttention-2 on mma.m16n8k16. A block takes 128
 // query rows = consecutive tokens x the G query heads of one KV head (GQA
@@ -37,6 +40,9 @@ constexpr int kDecodeMaxTokens = 8;
 constexpr int64_t kMaxPartials = 8192;  // n_tokens * n_head * n_splits bound (workspace size)
 constexpr int kMinSplitLen = 128;
 constexpr float kLog2e = 1.4426950408889634f;
+// Planned splits: n_splits > 1 only while n_tokens * n_head * n_splits <= kMaxPartials,
+// so n_tokens * n_head_kv * head passes <= kMaxPartials / 2 counters.
+static_assert(Context::kAttnCounters >= kMaxPartials / 2);
 
 // ---- shared helpers ---------------------------------------------------------
 
@@ -105,6 +111,16 @@ struct DecodeCfg {
   static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16, at most 256");
 };
 
+// The split merge: float4 lanes of the GP heads; kGroups threads per lane
+// take splits g, g + kGroups, ... and are summed in group order after.
+template <int D, int GP>
+struct MergeCfg {
+  static constexpr int kThreads = DecodeCfg<D>::kWarps * 32;
+  static constexpr int kLanes = GP * D / 4;
+  static constexpr int kGroups = kLanes >= kThreads ? 1 : kThreads / kLanes;
+  static constexpr size_t kFloats = size_t(kGroups) * GP * D + 2 * GP;  // [kGroups][GP][D] sums, [GP] (max, 1/l)
+};
+
 template <int D, int GP>
 constexpr size_t decode_smem_bytes() {
   using C = DecodeCfg<D>;
@@ -112,17 +128,21 @@ constexpr size_t decode_smem_bytes() {
   const size_t p = size_t(C::kWarps) * C::kKeys * GP * 4;
   const size_t kv = size_t(C::kWarps) * C::kWarpBuf * 2;
   const size_t red = size_t(C::kWarps) * GP * (D + 2) * 4;
-  return q + p + (kv > red ? kv : red);
+  const size_t merge = MergeCfg<D, GP>::kFloats * 4;
+  return q + p + std::max({kv, red, merge});
 }
 
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 // q, out: [n_tokens, n_head, D] f32; caches: [n_blocks, block_size, n_head_kv, D] bf16 or f16;
-// part_acc: [n_tokens, n_head, n_splits, D]; part_ml: [n_tokens, n_head, n_splits] (m, l), log2 domain.
+// part_acc: [n_tokens, n_head, n_splits, D]; part_ml: [n_tokens, n_head, n_splits] (m, l), log2 domain;
+// counters: [n_tokens, n_head_kv * n_hpass] blocks arrived, zero between launches.
 template <int D, int GP, bool F16>
 __global__ void __launch_bounds__(128) decode_kernel(const float* __restrict__ q, const uint16_t* __restrict__ k_cache,
                                                      const uint16_t* __restrict__ v_cache, Geometry geo, int split_len,
                                                      int n_splits, int n_hpass, float* __restrict__ out,
-                                                     float* __restrict__ part_acc, float2* __restrict__ part_ml) {
-  pdl_entry();
+                                                     float* __restrict__ part_acc, float2* __restrict__ part_ml,
+                                                     int* __restrict__ counters) {
   using C = DecodeCfg<D>;
   extern __shared__ __align__(16) unsigned char smem[];
   float* qs = reinterpret_cast<float*>(smem);                        // [GP][D], pre-scaled
@@ -134,14 +154,35 @@ __global__ void __launch_bounds__(128) decode_kernel(const float* __restrict__ q
   const int t = blockIdx.z;
   const int h0 = kvh * geo.group + hpass * GP;                        // first query head of this block
   const int n_heads_here = min(GP, geo.group - hpass * GP);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // Before the wait for the previous kernel (PDL, see pdl_entry): positions,
+  // rows and block tables are copied from the host before the step and no
+  // kernel writes them. A block without keys exits at once, but split 0
+  // always waits, so the grid never ends before the previous kernel.
   const int p = geo.positions[t];
   const int lo = first_key(p, geo.window);
   const int k_begin = lo + split * split_len;
-  if (k_begin > p) return;  // nothing of this token's context falls in this split
+  if (k_begin > p) {  // nothing of this token's context falls in this split
+    if (split == 0) pdl_wait();  // (split 0 has keys unless p < 0)
+    return;
+  }
   const int k_end = min(p + 1, k_begin + split_len);
   const int32_t* bt = geo.block_tables + int64_t(geo.token_row[t]) * geo.max_blocks;
+  const size_t row_stride = size_t(geo.n_head_kv) * D;
+  // The split's K/V lines into L2 while the previous kernel (which writes this
+  // token's K/V) runs: a prefetch returns no data, and cp.async.cg below
+  // reads L2, which the previous kernel's stores update, so nothing is stale.
+  {
+    constexpr int kLines = D * 2 >= 128 ? D * 2 / 128 : 1;  // 128-byte lines of a key's row
+    for (int i = tid; i < (k_end - k_begin) * kLines; i += blockDim.x) {
+      const size_t off =
+          size_t(slot_of(bt, k_begin + i / kLines, geo)) * row_stride + size_t(kvh) * D + (i % kLines) * 64;
+      prefetch_l2(k_cache + off);
+      prefetch_l2(v_cache + off);
+    }
+  }
+  pdl_entry();  // q and the caches are read, and out, partials and counters written, only from here
 
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   for (int i = tid; i < GP * D; i += blockDim.x) {
     const int h = i / D;
     qs[i] = h < n_heads_here ? q[(int64_t(t) * geo.n_head + h0 + h) * D + i % D] * geo.qscale : 0.f;
@@ -151,7 +192,6 @@ __global__ void __launch_bounds__(128) decode_kernel(const float* __restrict__ q
   uint16_t* wbuf = kv + warp * C::kWarpBuf;
   float* wps = ps + warp * C::kKeys * GP;
   const int n_stages = (k_end - k_begin + C::kStage - 1) / C::kStage;
-  const size_t row_stride = size_t(geo.n_head_kv) * D;
 
   auto issue = [&](int st) {
     uint16_t* kb = wbuf + (st % C::kDepth) * 2 * C::kKeys * C::kStride;
@@ -273,6 +313,8 @@ __global__ void __launch_bounds__(128) decode_kernel(const float* __restrict__ q
     for (int h = 0; h < GP; ++h) red_ml[(warp * GP + h) * 2] = m[h], red_ml[(warp * GP + h) * 2 + 1] = l[h];
   }
   __syncthreads();
+  const bool whole = p - lo < split_len;  // the whole context is in this split: no merge needed
+  const int64_t th0 = int64_t(t) * geo.n_head + h0;  // (token, first head of the block)
   for (int i = tid; i < n_heads_here * D; i += blockDim.x) {
     const int h = i / D, d = i % D;
     float mm = -INFINITY;
@@ -285,78 +327,82 @@ __global__ void __launch_bounds__(128) decode_kernel(const float* __restrict__ q
       a += f * red_acc[(w * GP + h) * D + d];
       ll += f * red_ml[(w * GP + h) * 2 + 1];
     }
-    const int64_t th = int64_t(t) * geo.n_head + h0 + h;
-    if (p - lo < split_len) {  // the whole context is in this split: no merge needed
+    const int64_t th = th0 + h;
+    if (whole) {
       out[th * D + d] = a / ll;
     } else {
       part_acc[(th * n_splits + split) * D + d] = a;
       if (d == 0) part_ml[th * n_splits + split] = make_float2(mm, ll);
     }
   }
-}
+  if (whole) return;
 
-// Merges the splits of each (token, head) whose context spans more than one
-// split. Grid (n_head, n_tokens), 128 threads = kGroups split groups x D/4
-// float4 lanes (D <= 128; larger D loops). Dynamic smem: n_splits + 4 floats.
-__global__ void __launch_bounds__(128) reduce_kernel(const float* __restrict__ part_acc,
-                                                     const float2* __restrict__ part_ml,
-                                                     const int32_t* __restrict__ positions, int window,
-                                                     int split_len, int n_splits, int n_head, int D,
-                                                     float* __restrict__ out) {
-  pdl_entry();
-  extern __shared__ __align__(16) float wts[];  // [n_splits] merge weights, then [128 * 4] partial sums
-  __shared__ float red[4];
-  __shared__ float s_inv;
-  const int h = blockIdx.x, t = blockIdx.y;
-  const int p = positions[t];
-  if (p - first_key(p, window) < split_len) return;  // decode_kernel wrote the output itself
-  const int n_active = min(n_splits, (p - first_key(p, window)) / split_len + 1);
-  const int64_t th = int64_t(t) * n_head + h;
-  const float2* ml = part_ml + th * n_splits;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-
-  float mm = -INFINITY;
-  for (int s = tid; s < n_active; s += blockDim.x) mm = fmaxf(mm, ml[s].x);
-  mm = warp_max(mm);
-  if (lane == 0) red[warp] = mm;
+  // Count this block in; the last of the n_active blocks of its (token, KV
+  // head, head pass) merges. Barrier, then one thread fences and counts (the
+  // pattern of cooperative groups' grid sync): the fence before the atomic
+  // publishes the block's partials, the one after it orders the other
+  // blocks' partials before the merge's loads (__ldcg: from L2, never L1).
   __syncthreads();
-  mm = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
-  __syncthreads();
-  float ll = 0.f;
-  for (int s = tid; s < n_active; s += blockDim.x) {
-    const float2 v = ml[s];
-    const float f = exp2f(v.x - mm);
-    wts[s] = f;
-    ll += f * v.y;
+  const int n_active = min(n_splits, (p - lo) / split_len + 1);
+  int* counter = counters + int64_t(t) * gridDim.y + blockIdx.y;
+  bool last = false;
+  if (tid == 0) {
+    __threadfence();
+    last = atomicAdd(counter, 1) == n_active - 1;
+    __threadfence();
+    if (last) *counter = 0;  // every block has counted; the next launch starts from zero
   }
-  ll = warp_sum(ll);
-  if (lane == 0) red[warp] = ll;
+  if (!__syncthreads_or(last)) return;
+
+  // Merge the splits in split order, whichever block came last: weights
+  // w_s = exp2(m_s - max_s m_s), out = sum_s w_s acc_s / sum_s w_s l_s.
+  using M = MergeCfg<D, GP>;
+  float* sums = reinterpret_cast<float*>(kv);  // [kGroups][GP][D]
+  float* stat = sums + M::kGroups * GP * D;    // [GP] (max, 1 / l)
+  for (int h = warp; h < n_heads_here; h += C::kWarps) {
+    const float2* ml = part_ml + (th0 + h) * n_splits;
+    const float2 v0 = lane < n_active ? __ldcg(ml + lane) : make_float2(-INFINITY, 0.f);
+    float mx = v0.x;
+    for (int s = lane + 32; s < n_active; s += 32) mx = fmaxf(mx, __ldcg(&ml[s].x));
+    mx = warp_max(mx);
+    float ll = lane < n_active ? exp2f(v0.x - mx) * v0.y : 0.f;
+    for (int s = lane + 32; s < n_active; s += 32) {
+      const float2 v = __ldcg(ml + s);
+      ll += exp2f(v.x - mx) * v.y;
+    }
+    ll = warp_sum(ll);
+    if (lane == 0) stat[2 * h] = mx, stat[2 * h + 1] = 1.0f / ll;
+  }
   __syncthreads();
-  if (tid == 0) s_inv = 1.0f / (red[0] + red[1] + red[2] + red[3]);
-  __syncthreads();
-  const float inv = s_inv;
-  // Thread (group, lane4): float4 lane4 of D, splits group, group + groups, ...
-  const int n_vec = D / 4;
-  const int groups = n_vec >= 128 ? 1 : 128 / n_vec;
-  const int group = tid / n_vec, v4 = tid % n_vec;
-  const float* acc = part_acc + th * n_splits * D;
-  float* sums = wts + ((n_splits + 3) & ~3);  // [groups][D]
-  for (int vb = v4; vb < n_vec; vb += 128) {
+  // Thread (group, lane): float4 lane of the GP x D outputs, splits group, group + kGroups, ...
+  const int group = tid / M::kLanes;
+  for (int i = tid % M::kLanes; i < M::kLanes; i += M::kThreads) {
+    const int h = i / (D / 4), d = (i % (D / 4)) * 4;
+    if (h >= n_heads_here) continue;
+    const float mx = stat[2 * h];
+    const float2* ml = part_ml + (th0 + h) * n_splits;
+    const float* pacc = part_acc + (th0 + h) * n_splits * D + d;
     float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (group < groups) {
-      for (int s = group; s < n_active; s += groups) {
-        const float w = wts[s];
-        const float4 v = *reinterpret_cast<const float4*>(acc + int64_t(s) * D + vb * 4);
-        a.x += w * v.x, a.y += w * v.y, a.z += w * v.z, a.w += w * v.w;
-      }
-      *reinterpret_cast<float4*>(sums + group * D + vb * 4) = a;
+#pragma unroll 4
+    for (int s = group; s < n_active; s += M::kGroups) {
+      const float w = exp2f(__ldcg(&ml[s].x) - mx);  // bit-equal to the weight in stat's sum
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(pacc + int64_t(s) * D));
+      a.x += w * v.x, a.y += w * v.y, a.z += w * v.z, a.w += w * v.w;
+    }
+    if constexpr (M::kGroups == 1) {
+      const float inv = stat[2 * h + 1];
+      *reinterpret_cast<float4*>(out + (th0 + h) * D + d) = make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv);
+    } else {
+      *reinterpret_cast<float4*>(sums + (group * GP + h) * D + d) = a;
     }
   }
-  __syncthreads();
-  for (int d = tid; d < D; d += blockDim.x) {
-    float a = 0.f;
-    for (int g = 0; g < groups; ++g) a += sums[g * D + d];
-    out[th * D + d] = a * inv;
+  if constexpr (M::kGroups > 1) {
+    __syncthreads();
+    for (int i = tid; i < n_heads_here * D; i += M::kThreads) {
+      float a = 0.f;
+      for (int g = 0; g < M::kGroups; ++g) a += sums[g * GP * D + i];
+      out[th0 * D + i] = a * stat[2 * (i / D) + 1];
+    }
   }
 }
 
@@ -622,19 +668,18 @@ void launch_decode(const float* q, const uint16_t* k_cache, const uint16_t* v_ca
                    const DecodePlan& plan, float* out, void* workspace, Stream s) {
   const int n_hpass = (geo.group + GP - 1) / GP;
   const dim3 grid(unsigned(plan.n_splits), unsigned(geo.n_head_kv * n_hpass), unsigned(geo.n_tokens));
+  if (plan.n_splits > 1 && int64_t(geo.n_tokens) * grid.y > Context::kAttnCounters) {
+    fail("[cuda] paged_attention: ", geo.n_tokens, " tokens x ", grid.y, " head groups exceed ",
+         Context::kAttnCounters, " split counters");
+  }
   const size_t smem = decode_smem_bytes<D, GP>();
   static std::once_flag once;
   set_smem(decode_kernel<D, GP, F16>, smem, once);
   float* part_acc = static_cast<float*>(workspace);
   auto* part_ml = reinterpret_cast<float2*>(part_acc + int64_t(geo.n_tokens) * geo.n_head * plan.n_splits * D);
+  int* counters = static_cast<int*>(context().attn_counters.get());
   launch("decode_kernel", decode_kernel<D, GP, F16>, dim3(grid), dim3(128), smem, s, q, k_cache, v_cache, geo,
-         plan.split_len, plan.n_splits, n_hpass, out, part_acc, part_ml);
-  if (plan.n_splits > 1) {
-    const dim3 rgrid(unsigned(geo.n_head), unsigned(geo.n_tokens));
-    const size_t rsmem = (size_t((plan.n_splits + 3) & ~3) + 128 * 4 + 4) * sizeof(float);  // weights, sums, slack
-    launch("attention reduce_kernel", reduce_kernel, dim3(rgrid), dim3(128), rsmem, s, part_acc, part_ml,
-           geo.positions, geo.window, plan.split_len, plan.n_splits, geo.n_head, D, out);
-  }
+         plan.split_len, plan.n_splits, n_hpass, out, part_acc, part_ml, counters);
 }
 
 template <int D, bool F16>

@@ -95,6 +95,7 @@ struct Context {
   DeviceBuffer lt_workspace;        // kLtWorkspaceBytes for cuBLASLt
   DeviceBuffer splitk_partials;     // kSplitKPartialBytes: skinny-GEMM split-K partial sums
   DeviceBuffer splitk_counters;     // kSplitKCounters int32, zero between launches
+  DeviceBuffer attn_counters;       // kAttnCounters int32: flash-decoding split counters, zero between launches
   DeviceBuffer x_bf16;              // grows: bf16 copy of x for cuBLASLt
 
   std::mutex lt_mutex;              // guards lt_algos
@@ -103,6 +104,7 @@ struct Context {
   static constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
   static constexpr size_t kSplitKPartialBytes = size_t(8) << 20;
   static constexpr int kSplitKCounters = 8192;
+  static constexpr int kAttnCounters = 8192;
 };
 
 // ---- programmatic dependent launch (Hopper) ---------------------------------
