@@ -2,7 +2,7 @@
 // the kernels of backend/cuda on Qwen3-8B shapes, timed with CUDA events over
 // CUDA-graph replays (as decode runs), median of several replays.
 //
-//   cuda_bench [--quick]
+//   cuda_bench [--quick | --skinny-sweep]
 //
 // Weights are rotated over enough copies to defeat the 60 MB L2, as a forward
 // pass reads each weight once; attention rotates over 36 layers' caches.
@@ -180,6 +180,40 @@ double skinny_ms(const Shape& sh, int64_t M, Path path, int splits, uint16_t* w,
   return ms / copies;
 }
 
+// Decode matmul shapes of both benchmark models at M = 1: each skinny-kernel
+// variant (detail::skinny_variant) at the automatic split and a range of
+// forced ones. Prints us and GB/s of weights.
+void skinny_sweep(double bw) {
+  const Shape shapes[] = {{"8b qkv 6144x4096", 6144, 4096},         {"8b o 4096x4096", 4096, 4096},
+                          {"8b gate_up 24576x4096", 24576, 4096},    {"8b down 4096x12288", 4096, 12288},
+                          {"27b in_all 16480x5120", 16480, 5120},    {"27b attn qkv 14336x5120", 14336, 5120},
+                          {"27b out/o 5120x6144", 5120, 6144},       {"27b gate_up 34816x5120", 34816, 5120},
+                          {"27b down 5120x17408", 5120, 17408},      {"27b lm_head 248320x5120", 248320, 5120}};
+  Buf<float> x(size_t(2) * 17408), y(size_t(2) * 248320);
+  rand_f32(x.p, x.n, 1);
+  std::printf("== skinny sweep, M = 1: us (GB/s) per variant; variants 0: 8 loads/lane, 1: 16 loads, 2: 8 pipelined ==\n");
+  for (const Shape& sh : shapes) {
+    const size_t bytes = size_t(sh.N * sh.K) * 2;
+    const int copies = int(std::clamp<size_t>((size_t(1) << 30) / bytes, 2, 64));
+    Buf<uint16_t> w(size_t(copies) * size_t(sh.N * sh.K));
+    rand_bf16(w.p, w.n, 3);
+    const int auto_s = augur::cuda::detail::skinny_splits(1, sh.K, sh.N);
+    std::printf("%-26s auto split %d\n", sh.name, auto_s);
+    for (int v = 0; v < 3; ++v) {
+      augur::cuda::detail::skinny_variant() = v;
+      std::printf("  variant %d:", v);
+      for (int sp : {0, 1, 2, 3, 4, 6, 8}) {
+        const double ms = skinny_ms(sh, 1, Path::Skinny, sp, w.p, copies, x.p, nullptr, y.p);
+        std::printf("  S%s %.1f (%.0f)", sp == 0 ? "auto" : std::to_string(sp).c_str(), ms * 1e3,
+                    double(bytes) / (ms * 1e-3) / 1e9);
+      }
+      std::printf("\n");
+    }
+    augur::cuda::detail::skinny_variant() = -1;
+  }
+  std::printf("(copy ceiling %.0f GB/s)\n\n", bw);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,6 +230,10 @@ int main(int argc, char** argv) {
 
   const double bw = copy_bandwidth();
   std::printf("ceiling: %.0f GB/s\n\n", bw);
+  if (argc > 1 && std::strcmp(argv[1], "--skinny-sweep") == 0) {
+    skinny_sweep(bw);
+    return 0;
+  }
 
   // ---- skinny GEMM (decode) ----
   const size_t rot_bytes = size_t(1) << 30;

@@ -168,27 +168,34 @@ TEST_F(CudaMatmul, SmallMOddSizesAndStrides) {
       for (int64_t pad : {0, 4}) run_matmul({M, kn.first, kn.second, pad, pad == 0 ? 0 : 3}, seed++);
 }
 
-// The skinny kernel for every M it takes and any split-K factor gives the
-// same sums within rounding (and a split launch leaves the counters at zero).
+// The skinny kernel for every M it takes, each of its variants (loads in
+// flight, pipelined passes) and any split-K factor gives the same sums within
+// rounding (and a split launch leaves the counters at zero). K = 4104 ends
+// in a partial pass; 1544 in a partial pipelined pair.
 TEST_F(CudaMatmul, SkinnySplitK) {
   std::mt19937 rng(7);
-  for (int64_t M : {1, 2, 3, 5, 8}) {
-    const int64_t K = 4104, N = 101;
-    std::vector<float> x = randn(size_t(M * K), rng);
-    std::vector<uint16_t> w = rand_bf16(size_t(N * K), rng);
-    std::vector<float> ref(size_t(M * N));
-    cpu::matmul(x.data(), M, K, K, w.data(), DType::BF16, N, ref.data(), N, ThreadPool::global());
-    Dev<float> dx(x), dy(size_t(M * N));
-    Dev<uint16_t> dw(w);
-    for (int splits : {1, 2, 3, 7, 16, 1000})
-      for (int rep = 0; rep < 2; ++rep) {
-        dy.poison();
-        detail::skinny_matmul(dx.get(), M, K, K, dw.get(), N, dy.get(), N, stream(), splits);
-        const ErrStats e = compare(dy.download(), ref);
-        EXPECT_TRUE(e.all_finite) << "M " << M << " splits " << splits;
-        EXPECT_LE(e.rel_l2, 1e-5) << "M " << M << " splits " << splits;
+  for (int64_t M : {1, 2, 3, 5, 8})
+    for (int64_t K : {4104, 1544, 8}) {
+      const int64_t N = 101;
+      std::vector<float> x = randn(size_t(M * K), rng);
+      std::vector<uint16_t> w = rand_bf16(size_t(N * K), rng);
+      std::vector<float> ref(size_t(M * N));
+      cpu::matmul(x.data(), M, K, K, w.data(), DType::BF16, N, ref.data(), N, ThreadPool::global());
+      Dev<float> dx(x), dy(size_t(M * N));
+      Dev<uint16_t> dw(w);
+      for (int variant : {0, 1, 2}) {
+        detail::skinny_variant() = variant;  // M > 2 has one variant: the others fall back to it
+        for (int splits : {1, 2, 3, 7, 16, 1000})
+          for (int rep = 0; rep < 2; ++rep) {
+            dy.poison();
+            detail::skinny_matmul(dx.get(), M, K, K, dw.get(), N, dy.get(), N, stream(), splits);
+            const ErrStats e = compare(dy.download(), ref);
+            EXPECT_TRUE(e.all_finite) << "M " << M << " K " << K << " variant " << variant << " splits " << splits;
+            EXPECT_LE(e.rel_l2, 1e-5) << "M " << M << " K " << K << " variant " << variant << " splits " << splits;
+          }
       }
-  }
+      detail::skinny_variant() = -1;
+    }
 }
 
 // The MLP's down projection (swiglu_packed then the matmul) against the CPU's

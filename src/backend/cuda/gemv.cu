@@ -15,6 +15,7 @@
 // arrive (a counter per tile) sums the S partials in order: one launch,
 // deterministic, counters left at zero for the next launch or graph replay.
 #include <algorithm>
+#include <cstdlib>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/detail.h"
@@ -28,14 +29,17 @@ constexpr int kChunk = 256;           // K granularity of a split (partial passe
 // Grid: S * ceil(n_tiles / kWarps) blocks of kWarps warps; block b takes K
 // split b % S and row tiles (b / S) * kWarps + warp, so a block's warps read
 // the same x (L1 hits). A tile is R consecutive rows; MR >= M rows of x.
+// A pass reads U 256-wide k-steps of each of the R rows: U * R loads of 16
+// bytes per lane in flight. PIPE: two register buffers, the next pass's loads
+// issued before the current pass is multiplied, so a warp never drains.
 // x: [M, K] f32 (row stride ldx, 16-byte aligned rows); w: [N, K] bf16 or f16 (F16; K % 8 == 0);
 // y: [M, N] f32 (row stride ldy); partials: [S, n_tiles, R * MR]; counters: [n_tiles]
-template <int MR, int R, bool F16>
+template <int MR, int R, int U, bool PIPE, bool F16>
 __global__ void __launch_bounds__(kWarps * 32)
     rows_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
                 float* __restrict__ y, int64_t ldy, int S, int kper, float* __restrict__ partials,
                 int* __restrict__ counters) {
-  constexpr int kU = 8 / R;  // 256-wide k-steps per pass: 8 loads of 16 bytes in flight per lane
+  constexpr int kPass = U * 256;  // k covered by one pass
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int split = int(blockIdx.x % unsigned(S));
   const int tile = int(blockIdx.x / unsigned(S)) * kWarps + warp;
@@ -48,16 +52,14 @@ __global__ void __launch_bounds__(kWarps * 32)
   const uint16_t* wr[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) wr[r] = w + int64_t(min(n0 + r, N - 1)) * K + lane * 8;
+  const int k_begin = split * kper, k_end = min(K, k_begin + kper);
   // Weights depend on no earlier kernel: start pulling this warp's first
   // passes into L2 while the previous kernel finishes (see pdl_entry).
-  {
-    const int k0 = split * kper, k1 = min(K, k0 + kper);
 #pragma unroll
-    for (int u = 0; u < 2 * kU; ++u)
+  for (int u = 0; u < 2 * U; ++u)
 #pragma unroll
-      for (int r = 0; r < R; ++r)
-        if (k0 + u * 256 + lane * 8 < k1) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + k0 + u * 256));
-  }
+    for (int r = 0; r < R; ++r)
+      if (k_begin + u * 256 + lane * 8 < k_end) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + k_begin + u * 256));
   pdl_wait();
   pdl_launch_dependents();
   const float* xr = x + lane * 8;
@@ -67,16 +69,17 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int m = 0; m < MR; ++m) acc[r][m] = 0.f;
 
-  const int k_begin = split * kper, k_end = min(K, k_begin + kper);
-  for (int k = k_begin; k < k_end; k += kU * 256) {
-    uint4 wv[kU][R];
+  // Loads past k_end read nothing and give zeros; multiply skips them.
+  auto load = [&](int k, uint4 (&wv)[U][R]) {
 #pragma unroll
-    for (int u = 0; u < kU; ++u)
+    for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int r = 0; r < R; ++r)
         wv[u][r] = k + u * 256 + lane * 8 < k_end ? ld_stream16(wr[r] + k + u * 256) : make_uint4(0, 0, 0, 0);
+  };
+  auto multiply = [&](int k, const uint4 (&wv)[U][R]) {
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int kk = k + u * 256;
       if (kk + lane * 8 >= k_end) continue;
       float wf[R][8];
@@ -92,6 +95,23 @@ __global__ void __launch_bounds__(kWarps * 32)
           acc[r][m] += a.x * wf[r][0] + a.y * wf[r][1] + a.z * wf[r][2] + a.w * wf[r][3] + b.x * wf[r][4] +
                        b.y * wf[r][5] + b.z * wf[r][6] + b.w * wf[r][7];
       }
+    }
+  };
+  if constexpr (PIPE) {
+    // Two named buffers (a register copy would wait for its loads).
+    uint4 wa[U][R], wb[U][R];
+    load(k_begin, wa);
+    for (int k = k_begin; k < k_end; k += 2 * kPass) {
+      load(k + kPass, wb);
+      multiply(k, wa);
+      load(k + 2 * kPass, wa);
+      multiply(k + kPass, wb);
+    }
+  } else {
+    for (int k = k_begin; k < k_end; k += kPass) {
+      uint4 wv[U][R];
+      load(k, wv);
+      multiply(k, wv);
     }
   }
 #pragma unroll
@@ -161,16 +181,35 @@ struct SkinnyPlan {
   int kper = 0;
 };
 
+// Policy knobs, for A/B runs of the whole engine on the device:
+// AUGUR_CUDA_SKINNY_SPLIT_BELOW (warp tiles per SM below which K is split,
+// default 4) and AUGUR_CUDA_SKINNY_PIPE_FROM (tiles per SM from which passes
+// are pipelined; default 0, never).
+struct Tuning {
+  int split_below = 4;
+  int pipe_from = 0;
+};
+const Tuning& tuning() {
+  static const Tuning t = [] {
+    Tuning r;
+    if (const char* e = std::getenv("AUGUR_CUDA_SKINNY_SPLIT_BELOW")) r.split_below = std::atoi(e);
+    if (const char* e = std::getenv("AUGUR_CUDA_SKINNY_PIPE_FROM")) r.pipe_from = std::atoi(e);
+    return r;
+  }();
+  return t;
+}
+
 // rows: weight rows per warp tile; tile_floats: partial floats per tile.
 SkinnyPlan plan_skinny(int64_t K, int64_t N, int64_t rows, int64_t tile_floats, int sm_count, int splits) {
   const int64_t n_tiles = ceil_div(N, rows);
   const int64_t per_chunk = ceil_div(K, kChunk);  // chunks of K
   int64_t want = splits;
   if (want <= 0) {
-    // No split once every SM has 8 warps' tiles (splitting further measured
-    // slower on the H200: gate/up 12288x4096 25 us at S = 1, 30 us at S = 2);
-    // below that, enough splits for ~16 warps per SM (4 KB of loads in flight each).
-    want = n_tiles >= int64_t(sm_count) * 8 ? 1 : ceil_div(int64_t(sm_count) * 16, n_tiles);
+    // No split once every SM has 4 warps' tiles: on the H200 (cuda_bench
+    // --skinny-sweep, M = 1) 4096x4096 took 10.8 us at S = 1 and 14.5 at S = 3,
+    // 4096x12288 27.7 / 32.4, 5120x17408 44.2 / 47.1; splitting pays only for
+    // matrices too short to spread over the SMs (then ~16 warps per SM).
+    want = n_tiles >= int64_t(sm_count) * tuning().split_below ? 1 : ceil_div(int64_t(sm_count) * 16, n_tiles);
   }
   want = std::clamp<int64_t>(want, 1, per_chunk);
   int64_t kper = ceil_div(per_chunk, want) * kChunk;
@@ -187,9 +226,27 @@ SkinnyPlan plan_skinny(int64_t K, int64_t N, int64_t rows, int64_t tile_floats, 
 
 constexpr int kRows = 4;  // weight rows per warp (measured best of 1, 2, 4 on the H200)
 
+using RowsKernel = void (*)(const float*, int, int, int64_t, const uint16_t*, int, float*, int64_t, int, int, float*,
+                            int*);
+// Variants (skinny_variant): 0: 2 k-steps a pass (8 loads of 16 bytes in
+// flight a lane); 1: 4 k-steps (16 loads); 2: 2 k-steps, pipelined.
+template <int MR, bool F16>
+RowsKernel rows_variant(int v) {
+  switch (v) {
+    case 1: return rows_kernel<MR, kRows, 4, false, F16>;
+    case 2: return rows_kernel<MR, kRows, 2, true, F16>;
+    default: return rows_kernel<MR, kRows, 2, false, F16>;
+  }
+}
+
 }  // namespace
 
 namespace detail {
+
+int& skinny_variant() {
+  static int v = -1;
+  return v;
+}
 
 int skinny_splits(int64_t M, int64_t K, int64_t N) {
   if (M > kSkinnyMaxM || K % 8 != 0) return 0;
@@ -209,11 +266,18 @@ void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half
   const unsigned blocks = unsigned(p.S * ceil_div(ceil_div(N, kRows), kWarps));
   float* partials = static_cast<float*>(c.splitk_partials.get());
   int* counters = static_cast<int*>(c.splitk_counters.get());
+  // Pipelined passes measured 1-4% faster on the long matrices alone
+  // (24576x4096 49.9 vs 50.9 us, 34816x5120 85.1 vs 86.8) but slower in the
+  // whole decode step (Qwen3-8B 195 vs 200 tok/s with them from 24 tiles per
+  // SM; Qwen3.5-27B 68.0 vs 69.1): off unless AUGUR_CUDA_SKINNY_PIPE_FROM says.
+  const int pipe_from = tuning().pipe_from;
+  const bool many = pipe_from > 0 && ceil_div(N, kRows) >= int64_t(c.sm_count) * pipe_from;
+  const int v = skinny_variant() >= 0 ? skinny_variant() : (many && p.S == 1 ? 2 : 0);
   const bool f16 = wt == Half::F16;
-  auto kernel = M <= 1   ? (f16 ? rows_kernel<1, kRows, true> : rows_kernel<1, kRows, false>)
-                : M <= 2 ? (f16 ? rows_kernel<2, kRows, true> : rows_kernel<2, kRows, false>)
-                : M <= 4 ? (f16 ? rows_kernel<4, kRows, true> : rows_kernel<4, kRows, false>)
-                         : (f16 ? rows_kernel<8, kRows, true> : rows_kernel<8, kRows, false>);
+  auto kernel = M <= 1   ? (f16 ? rows_variant<1, true>(v) : rows_variant<1, false>(v))
+                : M <= 2 ? (f16 ? rows_variant<2, true>(v) : rows_variant<2, false>(v))
+                : M <= 4 ? (f16 ? rows_kernel<4, kRows, 2, false, true> : rows_kernel<4, kRows, 2, false, false>)
+                         : (f16 ? rows_kernel<8, kRows, 2, false, true> : rows_kernel<8, kRows, 2, false, false>);
   launch("rows_kernel", kernel, dim3(blocks), dim3(kWarps * 32), 0, s, x, int(M), int(K), ldx, w, int(N), y, ldy, p.S,
          p.kper, partials, counters);
 }
