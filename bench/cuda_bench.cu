@@ -2,7 +2,7 @@
 // the kernels of backend/cuda on Qwen3-8B shapes, timed with CUDA events over
 // CUDA-graph replays (as decode runs), median of several replays.
 //
-//   cuda_bench [--quick | --skinny-sweep]
+//   cuda_bench [--quick | --skinny-sweep | --attention]
 //
 // Weights are rotated over enough copies to defeat the 60 MB L2, as a forward
 // pass reads each weight once; attention rotates over 36 layers' caches.
@@ -191,7 +191,8 @@ void skinny_sweep(double bw) {
                           {"27b down 5120x17408", 5120, 17408},      {"27b lm_head 248320x5120", 248320, 5120}};
   Buf<float> x(size_t(2) * 17408), y(size_t(2) * 248320);
   rand_f32(x.p, x.n, 1);
-  std::printf("== skinny sweep, M = 1: us (GB/s) per variant; variants 0: 8 loads/lane, 1: 16 loads, 2: 8 pipelined ==\n");
+  std::printf(
+      "== skinny sweep, M = 1: us (GB/s) per variant; variants 0: 8 loads/lane, 1: 16 loads, 2: 8 pipelined ==\n");
   for (const Shape& sh : shapes) {
     const size_t bytes = size_t(sh.N * sh.K) * 2;
     const int copies = int(std::clamp<size_t>((size_t(1) << 30) / bytes, 2, 64));
@@ -230,101 +231,117 @@ int main(int argc, char** argv) {
 
   const double bw = copy_bandwidth();
   std::printf("ceiling: %.0f GB/s\n\n", bw);
+  const bool attention_only = argc > 1 && std::strcmp(argv[1], "--attention") == 0;
   if (argc > 1 && std::strcmp(argv[1], "--skinny-sweep") == 0) {
     skinny_sweep(bw);
     return 0;
   }
 
-  // ---- skinny GEMM (decode) ----
-  const size_t rot_bytes = size_t(1) << 30;
-  Buf<float> x(size_t(16) * 12288), y(size_t(2048) * 151936);
-  Buf<uint16_t> xb(size_t(2048) * 12288);
-  rand_f32(x.p, x.n, 1);
-  rand_bf16(xb.p, xb.n, 2);
-  std::printf("== decode matmuls (matmul_bf16: skinny kernel M <= 2, cuBLASLt + x->bf16 above), weight bytes / time ==\n");
-  std::printf("%-26s %3s %6s %9s %8s %6s\n", "shape", "M", "splits", "us", "GB/s", "%copy");
-  double layer_us = 0, lm_head_us = 0, fused_layer_us = 0;
-  for (const Shape& sh : kShapes) {
-    const size_t bytes = size_t(sh.N * sh.K) * 2;
-    const int copies = int(std::clamp<size_t>(rot_bytes / bytes, 2, 64));
-    Buf<uint16_t> w(size_t(copies) * size_t(sh.N * sh.K));
-    rand_bf16(w.p, w.n, 3);
-    auto row = [&](int64_t M, const char* splits, double ms, const char* note) {
-      const double gbs = double(bytes) / (ms * 1e-3) / 1e9;
-      std::printf("%-26s %3ld %6s %9.2f %8.0f %5.1f%%%s\n", sh.name, long(M), splits, ms * 1e3, gbs,
-                  100.0 * gbs / bw, note);
-    };
-    for (int64_t M : {1, 2, 4, 8, 16}) {
-      if (quick && M != 1) continue;
-      const int auto_s = M <= augur::cuda::detail::kSkinnyDispatchM ? augur::cuda::detail::skinny_splits(M, sh.K, sh.N) : 0;
-      const double ms = skinny_ms(sh, M, Path::Dispatch, 0, w.p, copies, x.p, xb.p, y.p);
-      row(M, auto_s > 0 ? std::to_string(auto_s).c_str() : "-", ms, "");
-      if (M == 1) {
-        const double us = ms * 1e3;
-        if (sh.N == 151936) lm_head_us = us;
-        else if (sh.N == 4096 && sh.K == 4096) layer_us += 2 * us, fused_layer_us += us;  // q, o | o
-        else if (sh.N == 1024) layer_us += 2 * us;                                      // k, v
-        else if (sh.N == 12288) layer_us += 2 * us;                                     // gate, up
-        else if (sh.N == 6144 || sh.N == 24576) fused_layer_us += us;                   // qkv, gate_up
-        else layer_us += us, fused_layer_us += us;                                      // down
-        if (!quick && auto_s > 1)
-          for (int sp : {std::max(1, auto_s / 2), auto_s * 2})
-            row(M, std::to_string(sp).c_str(), skinny_ms(sh, M, Path::Skinny, sp, w.p, copies, x.p, xb.p, y.p),
-                "   (split sweep)");
-      }
-      if (!quick && (M == 1 || M == 4)) {
-        if (M <= augur::cuda::detail::kSkinnyDispatchM)
-          row(M, "-", skinny_ms(sh, M, Path::Lt, 0, w.p, copies, x.p, xb.p, y.p), "   (cuBLASLt on bf16 x, for comparison)");
-        else
-          row(M, "-", skinny_ms(sh, M, Path::Skinny, 0, w.p, copies, x.p, xb.p, y.p), "   (skinny kernel, for comparison)");
-      }
-    }
-  }
-  const double weights_bytes = 36.0 * (2 * 4096.0 * 4096 + 2 * 1024.0 * 4096 + 3 * 12288.0 * 4096) * 2 +
-                               151936.0 * 4096 * 2;
-  const double token_us = 36 * layer_us + lm_head_us;
-  const double fused_us = 36 * fused_layer_us + lm_head_us;
-  std::printf("Qwen3-8B batch-1 matmuls (36 layers + lm_head), unfused q/k/v and gate/up: %.0f us/token, "
-              "%.0f GB/s = %.1f%% of copy bandwidth, %.0f tok/s matmul-only\n",
-              token_us, weights_bytes / (token_us * 1e-6) / 1e9, 100.0 * weights_bytes / (token_us * 1e-6) / 1e9 / bw,
-              1e6 / token_us);
-  std::printf("Qwen3-8B batch-1 matmuls, fused qkv and gate_up: %.0f us/token, %.0f GB/s = %.1f%% of copy bandwidth, "
-              "%.0f tok/s matmul-only\n\n",
-              fused_us, weights_bytes / (fused_us * 1e-6) / 1e9, 100.0 * weights_bytes / (fused_us * 1e-6) / 1e9 / bw,
-              1e6 / fused_us);
-
-  // ---- tensor-core GEMM (prefill, batched decode) ----
-  std::printf("== GEMM via cuBLASLt (bf16 x bf16 -> f32), TFLOP/s ==\n");
-  std::printf("%-22s %5s %10s %10s %10s %6s\n", "shape", "M", "lt(xb)", "+convert", "best algo", "algo");
-  for (const Shape& sh : kShapes) {
-    if (sh.N == 6144 || sh.N == 24576) continue;
-    Buf<uint16_t> w(size_t(sh.N * sh.K));
-    rand_bf16(w.p, w.n, 4);
-    Buf<float> xf(size_t(2048) * size_t(sh.K));
-    rand_f32(xf.p, xf.n, 5);
-    for (int64_t M : {32, 128, 2048}) {
-      if (quick && M != 2048) continue;
-      const double flop = 2.0 * double(M) * double(sh.N) * double(sh.K);
-      const double ms_lt = time_graph([&](Stream s) { augur::cuda::detail::lt_matmul(xb.p, M, sh.K, w.p, sh.N, y.p, sh.N, s); });
-      const double ms_full =
-          time_graph([&](Stream s) { augur::cuda::matmul_bf16(xf.p, M, sh.K, sh.K, w.p, sh.N, y.p, sh.N, s); });
-      double best = 1e30;
-      int best_algo = -1;
-      if (M == 2048) {
-        for (int a = 0; a < 8; ++a) {
-          bool ok = true;
-          const double ms = time_graph([&](Stream s) {
-            ok = augur::cuda::detail::lt_matmul(xb.p, M, sh.K, w.p, sh.N, y.p, sh.N, s, a);
-          });
-          if (ok && ms < best) best = ms, best_algo = a;
+  double fused_us = 0;  // batch-1 matmuls of a token (skinny section), for the attention estimate
+  if (!attention_only) {
+    // ---- skinny GEMM (decode) ----
+    const size_t rot_bytes = size_t(1) << 30;
+    Buf<float> x(size_t(16) * 12288), y(size_t(2048) * 151936);
+    Buf<uint16_t> xb(size_t(2048) * 12288);
+    rand_f32(x.p, x.n, 1);
+    rand_bf16(xb.p, xb.n, 2);
+    std::printf(
+        "== decode matmuls (matmul_bf16: skinny kernel M <= 2, cuBLASLt + x->bf16 above), weight bytes / time ==\n");
+    std::printf("%-26s %3s %6s %9s %8s %6s\n", "shape", "M", "splits", "us", "GB/s", "%copy");
+    double layer_us = 0, lm_head_us = 0, fused_layer_us = 0;
+    for (const Shape& sh : kShapes) {
+      const size_t bytes = size_t(sh.N * sh.K) * 2;
+      const int copies = int(std::clamp<size_t>(rot_bytes / bytes, 2, 64));
+      Buf<uint16_t> w(size_t(copies) * size_t(sh.N * sh.K));
+      rand_bf16(w.p, w.n, 3);
+      auto row = [&](int64_t M, const char* splits, double ms, const char* note) {
+        const double gbs = double(bytes) / (ms * 1e-3) / 1e9;
+        std::printf("%-26s %3ld %6s %9.2f %8.0f %5.1f%%%s\n", sh.name, long(M), splits, ms * 1e3, gbs, 100.0 * gbs / bw,
+                    note);
+      };
+      for (int64_t M : {1, 2, 4, 8, 16}) {
+        if (quick && M != 1) continue;
+        const int auto_s =
+            M <= augur::cuda::detail::kSkinnyDispatchM ? augur::cuda::detail::skinny_splits(M, sh.K, sh.N) : 0;
+        const double ms = skinny_ms(sh, M, Path::Dispatch, 0, w.p, copies, x.p, xb.p, y.p);
+        row(M, auto_s > 0 ? std::to_string(auto_s).c_str() : "-", ms, "");
+        if (M == 1) {
+          const double us = ms * 1e3;
+          if (sh.N == 151936)
+            lm_head_us = us;
+          else if (sh.N == 4096 && sh.K == 4096)
+            layer_us += 2 * us, fused_layer_us += us;  // q, o | o
+          else if (sh.N == 1024)
+            layer_us += 2 * us;  // k, v
+          else if (sh.N == 12288)
+            layer_us += 2 * us;  // gate, up
+          else if (sh.N == 6144 || sh.N == 24576)
+            fused_layer_us += us;  // qkv, gate_up
+          else
+            layer_us += us, fused_layer_us += us;  // down
+          if (!quick && auto_s > 1)
+            for (int sp : {std::max(1, auto_s / 2), auto_s * 2})
+              row(M, std::to_string(sp).c_str(), skinny_ms(sh, M, Path::Skinny, sp, w.p, copies, x.p, xb.p, y.p),
+                  "   (split sweep)");
+        }
+        if (!quick && (M == 1 || M == 4)) {
+          if (M <= augur::cuda::detail::kSkinnyDispatchM)
+            row(M, "-", skinny_ms(sh, M, Path::Lt, 0, w.p, copies, x.p, xb.p, y.p),
+                "   (cuBLASLt on bf16 x, for comparison)");
+          else
+            row(M, "-", skinny_ms(sh, M, Path::Skinny, 0, w.p, copies, x.p, xb.p, y.p),
+                "   (skinny kernel, for comparison)");
         }
       }
-      std::printf("%-22s %5ld %10.1f %10.1f %10.1f %6d\n", sh.name, long(M), flop / (ms_lt * 1e-3) / 1e12,
-                  flop / (ms_full * 1e-3) / 1e12, best_algo >= 0 ? flop / (best * 1e-3) / 1e12 : 0.0, best_algo);
     }
-  }
-  std::printf("\n");
+    const double weights_bytes =
+        36.0 * (2 * 4096.0 * 4096 + 2 * 1024.0 * 4096 + 3 * 12288.0 * 4096) * 2 + 151936.0 * 4096 * 2;
+    const double token_us = 36 * layer_us + lm_head_us;
+    fused_us = 36 * fused_layer_us + lm_head_us;
+    std::printf(
+        "Qwen3-8B batch-1 matmuls (36 layers + lm_head), unfused q/k/v and gate/up: %.0f us/token, "
+        "%.0f GB/s = %.1f%% of copy bandwidth, %.0f tok/s matmul-only\n",
+        token_us, weights_bytes / (token_us * 1e-6) / 1e9, 100.0 * weights_bytes / (token_us * 1e-6) / 1e9 / bw,
+        1e6 / token_us);
+    std::printf(
+        "Qwen3-8B batch-1 matmuls, fused qkv and gate_up: %.0f us/token, %.0f GB/s = %.1f%% of copy bandwidth, "
+        "%.0f tok/s matmul-only\n\n",
+        fused_us, weights_bytes / (fused_us * 1e-6) / 1e9, 100.0 * weights_bytes / (fused_us * 1e-6) / 1e9 / bw,
+        1e6 / fused_us);
 
+    // ---- tensor-core GEMM (prefill, batched decode) ----
+    std::printf("== GEMM via cuBLASLt (bf16 x bf16 -> f32), TFLOP/s ==\n");
+    std::printf("%-22s %5s %10s %10s %10s %6s\n", "shape", "M", "lt(xb)", "+convert", "best algo", "algo");
+    for (const Shape& sh : kShapes) {
+      if (sh.N == 6144 || sh.N == 24576) continue;
+      Buf<uint16_t> w(size_t(sh.N * sh.K));
+      rand_bf16(w.p, w.n, 4);
+      Buf<float> xf(size_t(2048) * size_t(sh.K));
+      rand_f32(xf.p, xf.n, 5);
+      for (int64_t M : {32, 128, 2048}) {
+        if (quick && M != 2048) continue;
+        const double flop = 2.0 * double(M) * double(sh.N) * double(sh.K);
+        const double ms_lt =
+            time_graph([&](Stream s) { augur::cuda::detail::lt_matmul(xb.p, M, sh.K, w.p, sh.N, y.p, sh.N, s); });
+        const double ms_full =
+            time_graph([&](Stream s) { augur::cuda::matmul_bf16(xf.p, M, sh.K, sh.K, w.p, sh.N, y.p, sh.N, s); });
+        double best = 1e30;
+        int best_algo = -1;
+        if (M == 2048) {
+          for (int a = 0; a < 8; ++a) {
+            bool ok = true;
+            const double ms = time_graph(
+                [&](Stream s) { ok = augur::cuda::detail::lt_matmul(xb.p, M, sh.K, w.p, sh.N, y.p, sh.N, s, a); });
+            if (ok && ms < best) best = ms, best_algo = a;
+          }
+        }
+        std::printf("%-22s %5ld %10.1f %10.1f %10.1f %6d\n", sh.name, long(M), flop / (ms_lt * 1e-3) / 1e12,
+                    flop / (ms_full * 1e-3) / 1e12, best_algo >= 0 ? flop / (best * 1e-3) / 1e12 : 0.0, best_algo);
+      }
+    }
+    std::printf("\n");
+
+  }  // !attention_only
   // ---- attention ----
   const int64_t n_head = 32, n_kv = 8, D = 128, bs = 16, n_layer = 36;
   const float scale = 1.0f / std::sqrt(float(D));
@@ -427,7 +444,7 @@ int main(int argc, char** argv) {
     std::printf("%-8s %6ld %6ld %8s %10.2f %10s %8s  %.1f TFLOP/s (causal)\n", "prefill", long(n_rows), long(T), "-",
                 ms * 1e3, "-", "-", flop / (ms * 1e-3) / 1e12);
   }
-  if (attn_us_128 > 0 && attn_us_8192 > 0) {
+  if (fused_us > 0 && attn_us_128 > 0 && attn_us_8192 > 0) {
     const double t128 = fused_us + attn_us_128, t8192 = fused_us + attn_us_8192;
     std::printf("\nbatch-1 decode estimate (fused matmuls + attention, graph max_ctx 8192): %.0f us/token at ctx 128, "
                 "%.0f us at 8192: +%.1f%%\n",

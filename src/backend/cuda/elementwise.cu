@@ -3,6 +3,7 @@
 // swiglu_packed, qkv_rope_store). Each reproduces its CPU op in
 // backend/cpu/ops_cpu.cpp.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/cuda/common.cuh"
@@ -411,13 +412,18 @@ void qkv_rope_store(const float* qkv, int64_t n_head, int64_t n_head_kv, int64_t
   if (2 * half > head_dim) fail("[cuda] qkv_rope_store: 2 * half = ", 2 * half, " exceeds head_dim ", head_dim);
   if (head_dim > 1024 || n_head + 2 * n_head_kv > 65536)
     fail("[cuda] qkv_rope_store: head_dim ", head_dim, " or ", n_head, " + 2 x ", n_head_kv, " heads too large");
-  // Grid (token, group of kWarps heads), a warp per head: at batch 1 one
-  // block walking all heads was a 11 us chain of dependent steps.
-  constexpr int kWarps = 4;
-  const size_t smem = size_t(2 * half + kWarps * head_dim) * sizeof(float);
+  // Grid (token, group of 4 heads), a warp per head: at batch 1 one block
+  // of 8 warps walking all heads was a 11 us chain of dependent steps.
+  // AUGUR_CUDA_QKV_GRID=token restores that layout (A/B runs).
+  static const bool per_token = [] {
+    const char* e = std::getenv("AUGUR_CUDA_QKV_GRID");
+    return e != nullptr && std::strcmp(e, "token") == 0;
+  }();
+  const int warps = per_token ? 8 : 4;
+  const size_t smem = size_t(2 * half + warps * head_dim) * sizeof(float);
   auto kernel = kv == Half::F16 ? qkv_rope_store_kernel<true> : qkv_rope_store_kernel<false>;
-  const dim3 grid(blocks_for(meta.n_tokens, 1), unsigned(ceil_div(n_head + 2 * n_head_kv, kWarps)));
-  launch("qkv_rope_store_kernel", kernel, grid, dim3(kWarps * 32), smem, s, qkv,
+  const dim3 grid(blocks_for(meta.n_tokens, 1), per_token ? 1u : unsigned(ceil_div(n_head + 2 * n_head_kv, warps)));
+  launch("qkv_rope_store_kernel", kernel, grid, dim3(warps * 32), smem, s, qkv,
          int(n_head), int(n_head_kv), int(head_dim), q_norm, k_norm, eps, meta.positions, meta.slot_mapping, inv_freq,
          int(half), q_out, k_cache, v_cache, gate_out);
 }

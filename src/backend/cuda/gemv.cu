@@ -59,7 +59,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int u = 0; u < 2 * U; ++u)
 #pragma unroll
     for (int r = 0; r < R; ++r)
-      if (k_begin + u * 256 + lane * 8 < k_end) asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + k_begin + u * 256));
+      if (k_begin + u * 256 + lane * 8 < k_end)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(wr[r] + k_begin + u * 256));
   pdl_wait();
   pdl_launch_dependents();
   const float* xr = x + lane * 8;

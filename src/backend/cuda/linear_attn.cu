@@ -19,6 +19,7 @@ __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : lo
 // x: [M, N]; y: [M, n]
 __global__ void slice_cols_kernel(const float* __restrict__ x, int64_t M, int64_t N, int64_t begin, int64_t n,
                                   float* __restrict__ y) {
+  pdl_entry();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= M * n) return;
   const int64_t m = i / n, c = i - m * n;
@@ -37,6 +38,7 @@ constexpr int kConvSegment = 64;
 __global__ void causal_conv1d_kernel(const float* __restrict__ x, const float* __restrict__ w, int64_t C, int K,
                                      const RecurrentRow* __restrict__ rows, float* __restrict__ conv_state,
                                      bool silu, bool tail_here, float* __restrict__ out) {
+  pdl_entry();
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const RecurrentRow row = rows[blockIdx.y];
   const int i0 = int(blockIdx.z) * kConvSegment;
@@ -70,6 +72,7 @@ __global__ void causal_conv1d_kernel(const float* __restrict__ x, const float* _
 // so each thread updates its channel in place. grid: (ceil(C / kThreads), n_rows)
 __global__ void conv_tail_kernel(const float* __restrict__ x, int64_t C, int K, const RecurrentRow* __restrict__ rows,
                                  float* __restrict__ conv_state) {
+  pdl_entry();
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const RecurrentRow row = rows[blockIdx.y];
   if (c >= C || row.n_tokens <= 0) return;
@@ -84,6 +87,7 @@ __global__ void conv_tail_kernel(const float* __restrict__ x, int64_t C, int K, 
 
 // One warp per row. x, y: [M, D] (may alias: each lane reads its elements before writing them)
 __global__ void l2norm_kernel(const float* x, float eps, int64_t M, int64_t D, float* y) {
+  pdl_entry();
   const int64_t m = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (m >= M) return;
@@ -99,6 +103,7 @@ __global__ void l2norm_kernel(const float* x, float eps, int64_t M, int64_t D, f
 // Reference: Qwen3NextRMSNormGated.forward. One warp per row; x, z, y: [M, D] (y may alias x)
 __global__ void gated_rms_norm_kernel(const float* x, const float* __restrict__ z, const float* __restrict__ w,
                                       float eps, int64_t M, int64_t D, float* y) {
+  pdl_entry();
   const int64_t m = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (m >= M) return;
@@ -116,6 +121,7 @@ __global__ void gated_rms_norm_kernel(const float* x, const float* __restrict__ 
 __global__ void delta_rule_gates_kernel(const float* __restrict__ a, const float* __restrict__ b,
                                         const float* __restrict__ a_log, const float* __restrict__ dt_bias,
                                         int64_t n, int64_t n_head, float* __restrict__ g, float* __restrict__ beta) {
+  pdl_entry();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const int64_t h = i % n_head;
@@ -126,6 +132,7 @@ __global__ void delta_rule_gates_kernel(const float* __restrict__ a, const float
 // x, y: [M, N] (may alias); gate: [M, N] or [M]
 __global__ void sigmoid_mul_kernel(const float* x, const float* __restrict__ gate, bool per_row, int64_t M, int64_t N,
                                    float* y) {
+  pdl_entry();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= M * N) return;
   y[i] = x[i] * sigmoid_f(gate[per_row ? i / N : i]);
@@ -151,6 +158,7 @@ __global__ void __launch_bounds__(kCols* kNs) gdr_recurrent_kernel(
     const float* __restrict__ g, const float* __restrict__ beta, float scale, int n_head_k, int n_head, int dk,
     int dv, const RecurrentRow* __restrict__ rows, float* __restrict__ state, float* __restrict__ out,
     DeltaRuleFusion fuse) {
+  pdl_entry();
   __shared__ float sk[kNs * KPT], sq[kNs * KPT], inv_norm[2];
   const RecurrentRow row = rows[blockIdx.x];
   if (row.n_tokens <= 0) return;  // uniform over the block
@@ -272,6 +280,7 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunked_kernel(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const float* __restrict__ g, const float* __restrict__ beta, float scale, int C, int n_head_k, int n_head, int dk,
     int dv, int bv, const RecurrentRow* __restrict__ rows, float* __restrict__ state, float* __restrict__ out) {
+  pdl_entry();
   extern __shared__ float smem[];
   const RecurrentRow row = rows[blockIdx.x];
   if (row.n_tokens <= 0) return;  // uniform over the block
@@ -378,8 +387,8 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunked_kernel(
 
 void slice_cols(const float* x, int64_t M, int64_t N, int64_t begin, int64_t n, float* y, Stream s) {
   if (M * n == 0) return;
-  slice_cols_kernel<<<blocks_for(M * n, kThreads), kThreads, 0, s>>>(x, M, N, begin, n, y);
-  AUGUR_LAUNCHED("slice_cols");
+  launch("slice_cols_kernel", slice_cols_kernel, dim3(blocks_for(M * n, kThreads)), dim3(kThreads), 0, s, x, M, N,
+         begin, n, y);
 }
 
 void causal_conv1d(const float* x, const float* w, int64_t C, int64_t K, const RecurrentRow* rows, int64_t n_rows,
@@ -388,47 +397,47 @@ void causal_conv1d(const float* x, const float* w, int64_t C, int64_t K, const R
   if (n_rows > 65535) fail("[causal_conv1d] ", n_rows, " rows exceed one launch");
   const dim3 grid(blocks_for(C, kThreads), unsigned(n_rows), blocks_for(max_row_tokens, kConvSegment));
   const bool tail_here = max_row_tokens <= kConvSegment;
-  causal_conv1d_kernel<<<grid, kThreads, 0, s>>>(x, w, C, int(K), rows, conv_state, silu, tail_here, out);
-  AUGUR_LAUNCHED("causal_conv1d");
+  launch("causal_conv1d_kernel", causal_conv1d_kernel, grid, dim3(kThreads), 0, s, x, w, C, int(K), rows, conv_state,
+         silu, tail_here, out);
   if (K > 1 && !tail_here) {
     conv_tail_kernel<<<dim3(blocks_for(C, kThreads), unsigned(n_rows)), kThreads, 0, s>>>(x, C, int(K), rows,
-                                                                                           conv_state);
+                                                                                          conv_state);
     AUGUR_LAUNCHED("causal_conv1d (tail)");
   }
 }
 
 void l2norm(const float* x, float eps, int64_t M, int64_t D, float* y, Stream s) {
   if (M == 0) return;
-  l2norm_kernel<<<blocks_for(M, kThreads / 32), kThreads, 0, s>>>(x, eps, M, D, y);
-  AUGUR_LAUNCHED("l2norm");
+  launch("l2norm_kernel", l2norm_kernel, dim3(blocks_for(M, kThreads / 32)), dim3(kThreads), 0, s, x, eps, M, D, y);
 }
 
 void delta_rule_gates(const float* a, const float* b, const float* a_log, const float* dt_bias, int64_t n_tokens,
                       int64_t n_head, float* g, float* beta, Stream s) {
   const int64_t n = n_tokens * n_head;
   if (n == 0) return;
-  delta_rule_gates_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(a, b, a_log, dt_bias, n, n_head, g, beta);
-  AUGUR_LAUNCHED("delta_rule_gates");
+  launch("delta_rule_gates_kernel", delta_rule_gates_kernel, dim3(blocks_for(n, kThreads)), dim3(kThreads), 0, s, a, b,
+         a_log, dt_bias, n, n_head, g, beta);
 }
 
 void gated_rms_norm(const float* x, const float* z, const float* w, float eps, int64_t M, int64_t D, float* y,
                     Stream s) {
   if (M == 0) return;
-  gated_rms_norm_kernel<<<blocks_for(M, kThreads / 32), kThreads, 0, s>>>(x, z, w, eps, M, D, y);
-  AUGUR_LAUNCHED("gated_rms_norm");
+  launch("gated_rms_norm_kernel", gated_rms_norm_kernel, dim3(blocks_for(M, kThreads / 32)), dim3(kThreads), 0, s, x, z,
+         w, eps, M, D, y);
 }
 
 void sigmoid_mul(const float* x, const float* gate, bool per_row, int64_t M, int64_t N, float* y, Stream s) {
   if (M * N == 0) return;
-  sigmoid_mul_kernel<<<blocks_for(M * N, kThreads), kThreads, 0, s>>>(x, gate, per_row, M, N, y);
-  AUGUR_LAUNCHED("sigmoid_mul");
+  launch("sigmoid_mul_kernel", sigmoid_mul_kernel, dim3(blocks_for(M * N, kThreads)), dim3(kThreads), 0, s, x, gate,
+         per_row, M, N, y);
 }
 
 namespace {
 
 void check_delta_rule_launch(const char* op, const DeltaRuleDims& d, int64_t n_rows) {
   if (d.head_dim_k > 256 || d.head_dim_k < 1) fail("[", op, "] head_dim_k ", d.head_dim_k, " outside [1, 256]");
-  if (n_rows > 0x7fffffff || d.n_head > 65535) fail("[", op, "] ", n_rows, " rows x ", d.n_head, " heads exceed one launch");
+  if (n_rows > 0x7fffffff || d.n_head > 65535)
+    fail("[", op, "] ", n_rows, " rows x ", d.n_head, " heads exceed one launch");
 }
 
 }  // namespace
@@ -442,7 +451,8 @@ void gated_delta_rule_recurrent(const float* q, const float* k, const float* v, 
   const int hk = int(d.n_head_k), h = int(d.n_head), dk = int(d.head_dim_k), dv = int(d.head_dim_v);
   const DeltaRuleFusion f = fuse != nullptr ? *fuse : DeltaRuleFusion{};
   auto launch = [&](auto kernel) {
-    kernel<<<grid, kCols * kNs, 0, s>>>(q, k, v, g, beta, scale, hk, h, dk, dv, rows, state, out, f);
+    augur::cuda::launch("gdr_recurrent_kernel", kernel, grid, dim3(kCols * kNs), 0, s, q, k, v, g, beta, scale, hk, h,
+                        dk, dv, rows, state, out, f);
   };
   if (dk <= kNs * 4)
     launch(gdr_recurrent_kernel<4>);
@@ -454,7 +464,6 @@ void gated_delta_rule_recurrent(const float* q, const float* k, const float* v, 
     launch(gdr_recurrent_kernel<32>);
   else
     launch(gdr_recurrent_kernel<64>);
-  AUGUR_LAUNCHED("gated_delta_rule_recurrent");
 }
 
 void gated_delta_rule_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,

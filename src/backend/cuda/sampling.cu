@@ -31,6 +31,7 @@ __device__ __forceinline__ bool better(float va, int ia, float vb, int ib) {
 // One block per row. logits: [n_rows, n_vocab]; out: [n_rows]
 __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* __restrict__ logits, int64_t n_vocab,
                                                           int32_t* __restrict__ out) {
+  pdl_entry();
   __shared__ float sv[32];
   __shared__ int si[32];
   const float* row = logits + int64_t(blockIdx.x) * n_vocab;
@@ -235,7 +236,9 @@ __device__ Cut select_cut(const RowCtx& x, Cut c, double target, SampleSmem& sm)
 
 // One block per row. logits: [n_rows, n_vocab]; rows, out: [n_rows]
 __global__ void __launch_bounds__(kSampleThreads)
-    sample_kernel(const float* __restrict__ logits, int V, const SampleRow* __restrict__ rows, int32_t* __restrict__ out) {
+    sample_kernel(const float* __restrict__ logits, int V, const SampleRow* __restrict__ rows,
+                  int32_t* __restrict__ out) {
+  pdl_entry();
   __shared__ SampleSmem sm;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const float* row = logits + int64_t(blockIdx.x) * V;
@@ -353,6 +356,7 @@ __global__ void __launch_bounds__(kSampleThreads)
 }
 
 __global__ void penalties_kernel(float* __restrict__ logits, int64_t V, const PenaltyEntry* __restrict__ e, int64_t n) {
+  pdl_entry();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const PenaltyEntry p = e[i];
@@ -369,23 +373,22 @@ void argmax(const float* logits, int64_t n_rows, int64_t n_vocab, int32_t* out, 
   if (n_rows <= 0) return;
   if (n_vocab <= 0 || n_vocab >= (int64_t(1) << 31)) fail("[cuda] argmax: bad n_vocab ", n_vocab);
   if (n_rows > 0x7fffffff) fail("[cuda] argmax: too many rows ", n_rows);
-  argmax_kernel<<<unsigned(n_rows), kThreads, 0, s>>>(logits, n_vocab, out);
-  AUGUR_LAUNCHED("argmax_kernel");
+  launch("argmax_kernel", argmax_kernel, dim3(unsigned(n_rows)), dim3(kThreads), 0, s, logits, n_vocab, out);
 }
 
 void apply_penalties(float* logits, int64_t n_vocab, const PenaltyEntry* entries, int64_t n_entries, Stream s) {
   if (n_entries <= 0) return;
   if (n_entries > (int64_t(1) << 30)) fail("[cuda] apply_penalties: too many entries ", n_entries);
-  penalties_kernel<<<unsigned(ceil_div(n_entries, 256)), 256, 0, s>>>(logits, n_vocab, entries, n_entries);
-  AUGUR_LAUNCHED("penalties_kernel");
+  launch("penalties_kernel", penalties_kernel, dim3(unsigned(ceil_div(n_entries, 256))), dim3(256), 0, s, logits,
+         n_vocab, entries, n_entries);
 }
 
 void sample(const float* logits, int64_t n_rows, int64_t n_vocab, const SampleRow* rows, int32_t* out, Stream s) {
   if (n_rows <= 0) return;
   if (n_vocab <= 0 || n_vocab >= (int64_t(1) << 30)) fail("[cuda] sample: bad n_vocab ", n_vocab);
   if (n_rows > 0x7fffffff) fail("[cuda] sample: too many rows ", n_rows);
-  sample_kernel<<<unsigned(n_rows), kSampleThreads, 0, s>>>(logits, int(n_vocab), rows, out);
-  AUGUR_LAUNCHED("sample_kernel");
+  launch("sample_kernel", sample_kernel, dim3(unsigned(n_rows)), dim3(kSampleThreads), 0, s, logits, int(n_vocab), rows,
+         out);
 }
 
 }  // namespace augur::cuda
