@@ -169,12 +169,17 @@ __global__ void __launch_bounds__(128) decode_kernel(const float* __restrict__ q
   const int k_end = min(p + 1, k_begin + split_len);
   const int32_t* bt = geo.block_tables + int64_t(geo.token_row[t]) * geo.max_blocks;
   const size_t row_stride = size_t(geo.n_head_kv) * D;
-  // The split's K/V lines into L2 while the previous kernel (which writes this
-  // token's K/V) runs: a prefetch returns no data, and cp.async.cg below
-  // reads L2, which the previous kernel's stores update, so nothing is stale.
+  // The first stage's K/V lines into L2 while the previous kernel (which
+  // writes this token's K/V) runs: a prefetch returns no data, and cp.async.cg
+  // below reads L2, which the previous kernel's stores update, so nothing is
+  // stale. Only the first stage: later stages are hidden by the ring, and
+  // whole splits overrun L2 when many blocks are resident (batch 32, context
+  // 8192: 1 GB of K/V a layer; with whole-split prefetch it measured 496 us a
+  // layer, 360 before this kernel had any; cuda_bench --attention).
   {
     constexpr int kLines = D * 2 >= 128 ? D * 2 / 128 : 1;  // 128-byte lines of a key's row
-    for (int i = tid; i < (k_end - k_begin) * kLines; i += blockDim.x) {
+    const int n_keys = min(k_end - k_begin, C::kStage);
+    for (int i = tid; i < n_keys * kLines; i += blockDim.x) {
       const size_t off =
           size_t(slot_of(bt, k_begin + i / kLines, geo)) * row_stride + size_t(kvh) * D + (i % kLines) * 64;
       prefetch_l2(k_cache + off);
