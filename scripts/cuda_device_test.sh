@@ -8,20 +8,7 @@
 # Logs go to $OUT (the device tool's return folder) when set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-BIN=${BIN:-.dev}
-LOG=${OUT:-/tmp/augur-cuda-logs}
-mkdir -p "$LOG"
-if [[ -f "$BIN/bundle.tar.xz" && ! -x "$BIN/test_cuda" ]]; then tar -C "$BIN" -xJf "$BIN/bundle.tar.xz"; fi
-
-# libcublasLt.so.13 from the pip package nvidia-cublas when the system has none.
-if ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt.so.13'; then
-  d=$(python3 -c "import nvidia.cublas,os;print(os.path.dirname(nvidia.cublas.__file__))" 2>/dev/null || true)
-  if [[ -n "$d" && -e "$d/lib/libcublasLt.so.13" ]]; then
-    export LD_LIBRARY_PATH="$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  else
-    echo "warning: libcublasLt.so.13 not found (nvidia.cublas: '${d}')"
-  fi
-fi
+source scripts/cuda_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 ldd "$BIN/test_cuda" | grep -E 'cublas|not found'
 

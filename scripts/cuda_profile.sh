@@ -2,19 +2,14 @@
 # Per-kernel GPU times of augur bench's decode steps under Nsight Compute
 # (ncu, hardware counters: Firecracker machines only). Each kernel is timed
 # alone with caches flushed first, as a decode step's weights always are;
-# tools/kernel_profile.py sums one step's kernels by name.
+# tools/profile/kernel_profile.py sums one step's kernels by name.
 #   run: SHAPES="qwen3-8b" bash scripts/cuda_profile.sh     carry: [".dev"]
-# Env: SHAPES, PROMPT (context), GEN, BATCH; logs to $OUT.
+# Env: SHAPES, PROMPT (context), GEN, BATCH, LAUNCHES (kernels profiled, default
+# 8000: enough for Qwen3-8B; Qwen3.5-27B's last step needs ~12000); logs to $OUT.
+# Qwen3-8B took ~70 s, Qwen3.5-27B ~200 s on the H200.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-BIN=${BIN:-.dev}
-LOG=${OUT:-/tmp/augur-cuda-logs}
-mkdir -p "$LOG"
-if [[ -f "$BIN/bundle.tar.xz" && ! -x "$BIN/augur" ]]; then tar -C "$BIN" -xJf "$BIN/bundle.tar.xz"; fi
-if ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt.so.13'; then
-  d=$(python3 -c "import nvidia.cublas,os;print(os.path.dirname(nvidia.cublas.__file__))" 2>/dev/null || true)
-  [[ -n "$d" ]] && export LD_LIBRARY_PATH="$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+source scripts/cuda_env.sh
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
 status=0
 for shape in ${SHAPES:-qwen3-8b}; do

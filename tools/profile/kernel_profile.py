@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Sums one decode step's kernels from an ncu --csv log (scripts/cuda_profile.sh).
 
-The last decode step is found as the run of kernels after the last
-occurrence of the marker kernel (the step's first kernel, the embedding).
+The last decode step is the run of kernels from the last occurrence of the
+marker kernel (a step's first kernel, the embedding) to the end of the log
+(the bench's final decode steps; a truncated log gives a partial step).
 Prints per kernel name: count, total µs, DRAM GB read+written, GB/s.
   python3 tools/profile/kernel_profile.py ncu_qwen3-8b.log [--marker embedding]
 """
@@ -31,10 +32,9 @@ def main():
         e[r["Metric Name"]] = float(r["Metric Value"].replace(",", ""))
     ids = list(rows)
     starts = [i for i in ids if a.marker in rows[i]["name"]]
-    if len(starts) < a.steps + 1:
-        sys.exit(f"fewer than {a.steps + 1} marker kernels '{a.marker}'")
-    step_ids = [i for i in ids if starts[-1 - a.steps] < i] if a.steps else []
-    lo = starts[-1 - a.steps + 1] if a.steps > 1 else starts[-1]
+    if a.steps < 1 or len(starts) < a.steps:
+        sys.exit(f"fewer than {a.steps} marker kernels '{a.marker}'")
+    # The last `steps` steps: from the steps-th last marker to the end of the log.
     step_ids = [i for i in ids if i >= starts[-a.steps]]
     agg = collections.OrderedDict()
     tot_t = tot_b = 0.0
