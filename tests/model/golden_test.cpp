@@ -8,6 +8,7 @@
 #include <numeric>
 #include <string>
 
+#include "backend/cpu/matmul.h"
 #include "io/safetensors.h"
 #include "model/model.h"
 
@@ -183,6 +184,51 @@ TEST(AugurTiny, HeldOutWindowNllMatchesTransformers) {
               sum_got / double(input.size()), sum_want / double(input.size()), worst);
   EXPECT_LT(worst, 1e-3);
   EXPECT_NEAR(sum_got / sum_want, 1.0, 1e-4);
+}
+
+}  // namespace
+}  // namespace augur
+
+namespace augur {
+namespace {
+
+// What rounding the GEMM inputs to f16 alone does (the CUDA tensor-core path's
+// one rounding of activations; cpu::detail::round_inputs_to_f16 emulates it):
+// the trained augur-tiny stays within bf16 tolerance of transformers, while
+// the random-weight hybrid fixtures amplify it (their Gated DeltaNet
+// recurrences magnify input error), which is why tests/cuda holds those
+// fixtures to this measured sensitivity rather than to a fixed 2e-2.
+TEST(F16Inputs, TrainedModelStaysWithinBf16ToleranceRandomHybridsAmplify) {
+  bool& round = cpu::detail::round_inputs_to_f16();
+  // Max |logit - reference| over the reference's rows (the last ones of the
+  // prompt when the reference keeps only those).
+  auto error = [&](const std::string& dir, const Reference& ref, const std::string& prompt, const std::string& logits) {
+    auto model = load_model(dir);
+    Tensor want = ref.get(logits);
+    round = true;
+    Tensor got = forward_all(*model, ref.ids(prompt));
+    round = false;
+    const int64_t skip = got.numel() - want.numel();
+    return max_abs_diff(got.data<float>() + skip, want.data<float>(), want.numel());
+  };
+  const float tiny = error(kTiny, tiny_reference(), "prompt_0", "logits_0");
+  std::printf("[golden] f16 GEMM inputs: augur-tiny max |logit - reference| = %.3g\n", tiny);
+  EXPECT_LT(tiny, 2e-2f);
+  float fixtures = 0;
+  for (const char* family : {"qwen3_5", "qwen3_5_moe", "qwen3_next"}) {
+    const Reference ref{SafetensorsFile::open(kData + "/" + family + "/reference.safetensors")};
+    for (int i = 0; ref.file->find("prompt_" + std::to_string(i)); ++i) {
+      const float e = error(kData + "/" + family, ref, "prompt_" + std::to_string(i), "logits_" + std::to_string(i));
+      std::printf("[golden] f16 GEMM inputs: %s case %d max |logit - reference| = %.3g\n", family, i, e);
+      fixtures = std::max(fixtures, e);
+    }
+    if (ref.file->find("prompt_long")) {
+      const float e = error(kData + "/" + family, ref, "prompt_long", "logits_long_last8");
+      std::printf("[golden] f16 GEMM inputs: %s long (last 8) max |logit - reference| = %.3g\n", family, e);
+      fixtures = std::max(fixtures, e);
+    }
+  }
+  EXPECT_GT(fixtures, 10 * tiny) << "the hybrid fixtures no longer amplify input rounding: tighten tests/cuda";
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include <algorithm>
+#include <vector>
 
 #include "core/cpu_features.h"
 #include "core/error.h"
@@ -149,8 +150,19 @@ void matmul_avx512bf16(const float* x, int64_t M, int64_t K, int64_t ldx, const 
   run_split(&detail::matmul_range_avx512bf16, x, M, K, ldx, w, w_dtype, N, y, ldy, pool);
 }
 
-void matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, DType w_dtype,
-            int64_t N, float* y, int64_t ldy, ThreadPool& pool) {
+namespace detail {
+
+bool& round_inputs_to_f16() {
+  static bool on = false;
+  return on;
+}
+
+}  // namespace detail
+
+namespace {
+
+void dispatch(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, DType w_dtype, int64_t N, float* y,
+              int64_t ldy, ThreadPool& pool) {
   switch (matmul_path()) {
     case MatmulPath::Avx512Bf16:
       return matmul_avx512bf16(x, M, K, ldx, w, w_dtype, N, y, ldy, pool);
@@ -158,6 +170,22 @@ void matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, DT
     case MatmulPath::Avx2: return matmul_avx2(x, M, K, ldx, w, w_dtype, N, y, ldy, pool);
     case MatmulPath::Scalar: return matmul_scalar(x, M, K, ldx, w, w_dtype, N, y, ldy, pool);
   }
+}
+
+}  // namespace
+
+void matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, DType w_dtype,
+            int64_t N, float* y, int64_t ldy, ThreadPool& pool) {
+  if (detail::round_inputs_to_f16() && M > 2) {
+    std::vector<float> xr(static_cast<size_t>(M * K));
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) {
+        const float v = std::clamp(x[m * ldx + k], -65504.0f, 65504.0f);  // NaN stays NaN
+        xr[size_t(m * K + k)] = f16_to_f32(f32_to_f16(v));
+      }
+    return dispatch(xr.data(), M, K, K, w, w_dtype, N, y, ldy, pool);
+  }
+  dispatch(x, M, K, ldx, w, w_dtype, N, y, ldy, pool);
 }
 
 }  // namespace augur::cpu

@@ -55,6 +55,12 @@ void matmul_avx512bf16(const float* x, int64_t M, int64_t K, int64_t ldx, const 
 
 namespace detail {
 
+// Precision experiment (tests): when set, matmul rounds x to f16 (round to
+// nearest even, saturating at ±65504) before multiplying whenever M > 2, as
+// the CUDA backend's tensor-core path does (its skinny kernel, M <= 2, keeps x
+// exact). It tells how much a model's logits move from that rounding alone.
+bool& round_inputs_to_f16();
+
 // The single-threaded body of one path: y[0:M, n_begin:n_end] (x and y
 // already offset to the first row of the caller's share).
 using MatmulRangeFn = void (*)(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w,
