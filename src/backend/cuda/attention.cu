@@ -28,6 +28,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "backend/cuda/common.cuh"
@@ -133,6 +135,111 @@ constexpr size_t decode_smem_bytes() {
 }
 
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// The end of a flash-decoding block, once its warps' results are in smem:
+// red_acc [kWarps][GP][D] (unnormalised sums), red_ml [kWarps][GP][2] (m, l;
+// log2 domain). Merges the warps, then writes the output (the token's
+// context fits this split) or the split's partial; the last block of a
+// (token, KV head, head pass) to finish merges the partials. scratch: smem for
+// the merge, MergeCfg<D, GP>::kFloats floats (may overlap red_acc).
+template <int D, int GP, int kWarps>
+__device__ void finish_decode(float* scratch, const float* red_acc, const float* red_ml, const Geometry& geo, int t,
+                              int p, int lo, int split, int split_len, int n_splits, int h0, int n_heads_here,
+                              float* __restrict__ out, float* __restrict__ part_acc, float2* __restrict__ part_ml,
+                              int* __restrict__ counters) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const bool whole = p - lo < split_len;  // the whole context is in this split: no merge needed
+  const int64_t th0 = int64_t(t) * geo.n_head + h0;  // (token, first head of the block)
+  for (int i = tid; i < n_heads_here * D; i += blockDim.x) {
+    const int h = i / D, d = i % D;
+    float mm = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, red_ml[(w * GP + h) * 2]);
+    float a = 0.f, ll = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = exp2f(red_ml[(w * GP + h) * 2] - mm);  // a warp without keys has m = -inf: f = 0
+      a += f * red_acc[(w * GP + h) * D + d];
+      ll += f * red_ml[(w * GP + h) * 2 + 1];
+    }
+    const int64_t th = th0 + h;
+    if (whole) {
+      out[th * D + d] = a / ll;
+    } else {
+      part_acc[(th * n_splits + split) * D + d] = a;
+      if (d == 0) part_ml[th * n_splits + split] = make_float2(mm, ll);
+    }
+  }
+  if (whole) return;
+
+  // Count this block in; the last of the n_active blocks of its (token, KV
+  // head, head pass) merges. Barrier, then one thread fences and counts (the
+  // pattern of cooperative groups' grid sync): the fence before the atomic
+  // publishes the block's partials, the one after it orders the other
+  // blocks' partials before the merge's loads (__ldcg: from L2, never L1).
+  __syncthreads();
+  const int n_active = min(n_splits, (p - lo) / split_len + 1);
+  int* counter = counters + int64_t(t) * gridDim.y + blockIdx.y;
+  bool last = false;
+  if (tid == 0) {
+    __threadfence();
+    last = atomicAdd(counter, 1) == n_active - 1;
+    __threadfence();
+    if (last) *counter = 0;  // every block has counted; the next launch starts from zero
+  }
+  if (!__syncthreads_or(last)) return;
+
+  // Merge the splits in split order, whichever block came last: weights
+  // w_s = exp2(m_s - max_s m_s), out = sum_s w_s acc_s / sum_s w_s l_s.
+  using M = MergeCfg<D, GP>;
+  float* sums = scratch;  // [kGroups][GP][D]
+  float* stat = sums + M::kGroups * GP * D;    // [GP] (max, 1 / l)
+  for (int h = warp; h < n_heads_here; h += kWarps) {
+    const float2* ml = part_ml + (th0 + h) * n_splits;
+    const float2 v0 = lane < n_active ? __ldcg(ml + lane) : make_float2(-INFINITY, 0.f);
+    float mx = v0.x;
+    for (int s = lane + 32; s < n_active; s += 32) mx = fmaxf(mx, __ldcg(&ml[s].x));
+    mx = warp_max(mx);
+    float ll = lane < n_active ? exp2f(v0.x - mx) * v0.y : 0.f;
+    for (int s = lane + 32; s < n_active; s += 32) {
+      const float2 v = __ldcg(ml + s);
+      ll += exp2f(v.x - mx) * v.y;
+    }
+    ll = warp_sum(ll);
+    if (lane == 0) stat[2 * h] = mx, stat[2 * h + 1] = 1.0f / ll;
+  }
+  __syncthreads();
+  // Thread (group, lane): float4 lane of the GP x D outputs, splits group, group + kGroups, ...
+  const int group = tid / M::kLanes;
+  for (int i = tid % M::kLanes; i < M::kLanes; i += M::kThreads) {
+    const int h = i / (D / 4), d = (i % (D / 4)) * 4;
+    if (h >= n_heads_here) continue;
+    const float mx = stat[2 * h];
+    const float2* ml = part_ml + (th0 + h) * n_splits;
+    const float* pacc = part_acc + (th0 + h) * n_splits * D + d;
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8  // 16 loads in flight: at context 8192 one thread walks 65 splits
+    for (int s = group; s < n_active; s += M::kGroups) {
+      const float w = exp2f(__ldcg(&ml[s].x) - mx);  // bit-equal to the weight in stat's sum
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(pacc + int64_t(s) * D));
+      a.x += w * v.x, a.y += w * v.y, a.z += w * v.z, a.w += w * v.w;
+    }
+    if constexpr (M::kGroups == 1) {
+      const float inv = stat[2 * h + 1];
+      *reinterpret_cast<float4*>(out + (th0 + h) * D + d) = make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv);
+    } else {
+      *reinterpret_cast<float4*>(sums + (group * GP + h) * D + d) = a;
+    }
+  }
+  if constexpr (M::kGroups > 1) {
+    __syncthreads();
+    for (int i = tid; i < n_heads_here * D; i += M::kThreads) {
+      float a = 0.f;
+      for (int g = 0; g < M::kGroups; ++g) a += sums[g * GP * D + i];
+      out[th0 * D + i] = a * stat[2 * (i / D) + 1];
+    }
+  }
+}
 
 // q, out: [n_tokens, n_head, D] f32; caches: [n_blocks, block_size, n_head_kv, D] bf16 or f16;
 // part_acc: [n_tokens, n_head, n_splits, D]; part_ml: [n_tokens, n_head, n_splits] (m, l), log2 domain;
@@ -318,97 +425,8 @@ __global__ void __launch_bounds__(128) decode_kernel(const float* __restrict__ q
     for (int h = 0; h < GP; ++h) red_ml[(warp * GP + h) * 2] = m[h], red_ml[(warp * GP + h) * 2 + 1] = l[h];
   }
   __syncthreads();
-  const bool whole = p - lo < split_len;  // the whole context is in this split: no merge needed
-  const int64_t th0 = int64_t(t) * geo.n_head + h0;  // (token, first head of the block)
-  for (int i = tid; i < n_heads_here * D; i += blockDim.x) {
-    const int h = i / D, d = i % D;
-    float mm = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < C::kWarps; ++w) mm = fmaxf(mm, red_ml[(w * GP + h) * 2]);
-    float a = 0.f, ll = 0.f;
-#pragma unroll
-    for (int w = 0; w < C::kWarps; ++w) {
-      const float f = exp2f(red_ml[(w * GP + h) * 2] - mm);  // a warp without keys has m = -inf: f = 0
-      a += f * red_acc[(w * GP + h) * D + d];
-      ll += f * red_ml[(w * GP + h) * 2 + 1];
-    }
-    const int64_t th = th0 + h;
-    if (whole) {
-      out[th * D + d] = a / ll;
-    } else {
-      part_acc[(th * n_splits + split) * D + d] = a;
-      if (d == 0) part_ml[th * n_splits + split] = make_float2(mm, ll);
-    }
-  }
-  if (whole) return;
-
-  // Count this block in; the last of the n_active blocks of its (token, KV
-  // head, head pass) merges. Barrier, then one thread fences and counts (the
-  // pattern of cooperative groups' grid sync): the fence before the atomic
-  // publishes the block's partials, the one after it orders the other
-  // blocks' partials before the merge's loads (__ldcg: from L2, never L1).
-  __syncthreads();
-  const int n_active = min(n_splits, (p - lo) / split_len + 1);
-  int* counter = counters + int64_t(t) * gridDim.y + blockIdx.y;
-  bool last = false;
-  if (tid == 0) {
-    __threadfence();
-    last = atomicAdd(counter, 1) == n_active - 1;
-    __threadfence();
-    if (last) *counter = 0;  // every block has counted; the next launch starts from zero
-  }
-  if (!__syncthreads_or(last)) return;
-
-  // Merge the splits in split order, whichever block came last: weights
-  // w_s = exp2(m_s - max_s m_s), out = sum_s w_s acc_s / sum_s w_s l_s.
-  using M = MergeCfg<D, GP>;
-  float* sums = reinterpret_cast<float*>(kv);  // [kGroups][GP][D]
-  float* stat = sums + M::kGroups * GP * D;    // [GP] (max, 1 / l)
-  for (int h = warp; h < n_heads_here; h += C::kWarps) {
-    const float2* ml = part_ml + (th0 + h) * n_splits;
-    const float2 v0 = lane < n_active ? __ldcg(ml + lane) : make_float2(-INFINITY, 0.f);
-    float mx = v0.x;
-    for (int s = lane + 32; s < n_active; s += 32) mx = fmaxf(mx, __ldcg(&ml[s].x));
-    mx = warp_max(mx);
-    float ll = lane < n_active ? exp2f(v0.x - mx) * v0.y : 0.f;
-    for (int s = lane + 32; s < n_active; s += 32) {
-      const float2 v = __ldcg(ml + s);
-      ll += exp2f(v.x - mx) * v.y;
-    }
-    ll = warp_sum(ll);
-    if (lane == 0) stat[2 * h] = mx, stat[2 * h + 1] = 1.0f / ll;
-  }
-  __syncthreads();
-  // Thread (group, lane): float4 lane of the GP x D outputs, splits group, group + kGroups, ...
-  const int group = tid / M::kLanes;
-  for (int i = tid % M::kLanes; i < M::kLanes; i += M::kThreads) {
-    const int h = i / (D / 4), d = (i % (D / 4)) * 4;
-    if (h >= n_heads_here) continue;
-    const float mx = stat[2 * h];
-    const float2* ml = part_ml + (th0 + h) * n_splits;
-    const float* pacc = part_acc + (th0 + h) * n_splits * D + d;
-    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8  // 16 loads in flight: at context 8192 one thread walks 65 splits
-    for (int s = group; s < n_active; s += M::kGroups) {
-      const float w = exp2f(__ldcg(&ml[s].x) - mx);  // bit-equal to the weight in stat's sum
-      const float4 v = __ldcg(reinterpret_cast<const float4*>(pacc + int64_t(s) * D));
-      a.x += w * v.x, a.y += w * v.y, a.z += w * v.z, a.w += w * v.w;
-    }
-    if constexpr (M::kGroups == 1) {
-      const float inv = stat[2 * h + 1];
-      *reinterpret_cast<float4*>(out + (th0 + h) * D + d) = make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv);
-    } else {
-      *reinterpret_cast<float4*>(sums + (group * GP + h) * D + d) = a;
-    }
-  }
-  if constexpr (M::kGroups > 1) {
-    __syncthreads();
-    for (int i = tid; i < n_heads_here * D; i += M::kThreads) {
-      float a = 0.f;
-      for (int g = 0; g < M::kGroups; ++g) a += sums[g * GP * D + i];
-      out[th0 * D + i] = a * stat[2 * (i / D) + 1];
-    }
-  }
+  finish_decode<D, GP, C::kWarps>(reinterpret_cast<float*>(kv), red_acc, red_ml, geo, t, p, lo, split, split_len,
+                                   n_splits, h0, n_heads_here, out, part_acc, part_ml, counters);
 }
 
 // ---- prefill: FlashAttention-2 on mma.sync ------------------------------------
@@ -645,6 +663,202 @@ __global__ void __launch_bounds__(PrefillCfg<D>::kThreads, PrefillCfg<D>::kMinBl
   }
 }
 
+// ---- flash-decoding on tensor cores -------------------------------------------
+
+// The G <= 16 query heads of one KV head and token are the rows of one
+// m16n8k16 A tile (rows G..15 zero), so a decode block is prefill_kernel's
+// warp shape turned sideways: grid and splits as decode_kernel, each warp
+// streaming its own 16-key stages of the split through a private cp.async
+// ring, S = Q·Kᵀ and O += P·V on mma fragments with the online softmax on
+// the accumulator rows. Q and P are rounded to the caches' type as in
+// prefill; the block's end (warp merge, partials, split merge) is
+// decode_kernel's. The scalar decode_kernel spends its time on smem reads of
+// q and shuffle chains (latency-bound at 1.3-1.7 TB/s of K/V); here a stage
+// of 16 keys is 2 x D/16 mma for the scores and 2 x D/16 for the values.
+template <int D>
+struct DecodeTcCfg {
+  static constexpr int kWarps = 4;
+  static constexpr int kKeys = 16;                   // keys per warp stage (one mma k-step of P·V)
+  static constexpr int kStage = kWarps * kKeys;      // keys per block stage
+  static constexpr int kStride = D + 8;              // halves per smem row (16-byte pad: ldmatrix rows)
+  static constexpr int kChunks = D / 8;              // 16-byte chunks of a key row
+  static constexpr int kDepth = 2;                   // ring: one stage in flight while one is multiplied
+  static constexpr int kWarpBuf = kDepth * 2 * kKeys * kStride;  // halves: [stage][K|V][key][kStride]
+  static constexpr size_t kQBytes = size_t(16) * kStride * 2;
+  static constexpr size_t kRingBytes = size_t(kWarps) * kWarpBuf * 2;
+  static constexpr size_t kRedBytes = size_t(kWarps) * 16 * (D + 2) * 4;
+  static constexpr size_t kMergeBytes = MergeCfg<D, 16>::kFloats * 4;
+  static constexpr size_t kSmem =
+      kQBytes + (kRingBytes > kRedBytes ? (kRingBytes > kMergeBytes ? kRingBytes : kMergeBytes)
+                                        : (kRedBytes > kMergeBytes ? kRedBytes : kMergeBytes));
+  static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16, at most 256");
+  static_assert(kWarps * 32 == MergeCfg<D, 16>::kThreads, "finish_decode merges with decode_kernel's block size");
+};
+
+// As decode_kernel (same arguments but n_hpass, always 1 here): grid
+// (n_splits, n_head_kv, n_tokens), 128 threads.
+template <int D, bool F16>
+__global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict__ q,
+                                                        const uint16_t* __restrict__ k_cache,
+                                                        const uint16_t* __restrict__ v_cache, Geometry geo,
+                                                        int split_len, int n_splits, float* __restrict__ out,
+                                                        float* __restrict__ part_acc, float2* __restrict__ part_ml,
+                                                        int* __restrict__ counters) {
+  using C = DecodeTcCfg<D>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint16_t* qs = reinterpret_cast<uint16_t*>(smem);  // [16][kStride], pre-scaled, caches' type
+  uint16_t* kv = qs + 16 * C::kStride;               // per-warp rings, later the block's end
+  const int split = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z;
+  const int G = geo.group, h0 = kvh * G;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+  // Positions and block tables before the PDL wait, as decode_kernel.
+  const int p = geo.positions[t];
+  const int lo = first_key(p, geo.window);
+  const int k_begin = lo + split * split_len;
+  if (k_begin > p) {
+    if (split == 0) pdl_wait();
+    return;
+  }
+  const int k_end = min(p + 1, k_begin + split_len);
+  const int32_t* bt = geo.block_tables + int64_t(geo.token_row[t]) * geo.max_blocks;
+  const size_t row_stride = size_t(geo.n_head_kv) * D;
+  {
+    constexpr int kLines = D * 2 >= 128 ? D * 2 / 128 : 1;
+    const int n_keys = min(k_end - k_begin, C::kStage);
+    for (int i = tid; i < n_keys * kLines; i += blockDim.x) {
+      const size_t off =
+          size_t(slot_of(bt, k_begin + i / kLines, geo)) * row_stride + size_t(kvh) * D + (i % kLines) * 64;
+      prefetch_l2(k_cache + off);
+      prefetch_l2(v_cache + off);
+    }
+  }
+  pdl_entry();
+
+  for (int i = tid; i < 16 * (D / 4); i += blockDim.x) {
+    const int r = i / (D / 4), d = (i % (D / 4)) * 4;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < G) {
+      v = *reinterpret_cast<const float4*>(q + (int64_t(t) * geo.n_head + h0 + r) * D + d);
+      v.x *= geo.qscale, v.y *= geo.qscale, v.z *= geo.qscale, v.w *= geo.qscale;
+    }
+    *reinterpret_cast<uint2*>(qs + r * C::kStride + d) = make_uint2(half2_rn<F16>(v.x, v.y), half2_rn<F16>(v.z, v.w));
+  }
+  __syncthreads();
+
+  uint16_t* wbuf = kv + warp * C::kWarpBuf;
+  const int n_stages = (k_end - k_begin + C::kStage - 1) / C::kStage;
+  auto issue = [&](int st) {
+    uint16_t* kb = wbuf + (st % C::kDepth) * 2 * C::kKeys * C::kStride;
+    uint16_t* vb = kb + C::kKeys * C::kStride;
+    const int key0 = k_begin + st * C::kStage + warp * C::kKeys;
+    for (int i = lane; i < C::kKeys * C::kChunks; i += 32) {
+      const int kl = i / C::kChunks, c = i % C::kChunks;
+      const int pos = key0 + kl;
+      const bool valid = pos < k_end;  // zero-filled otherwise: P is 0 there, and 0 x 0 stays 0
+      const size_t off = valid ? size_t(slot_of(bt, pos, geo)) * row_stride + size_t(kvh) * D + c * 8 : 0;
+      cp_async16(kb + kl * C::kStride + c * 8, k_cache + off, valid);
+      cp_async16(vb + kl * C::kStride + c * 8, v_cache + off, valid);
+    }
+  };
+
+  // Rows g (fragment elements 0, 1) and g + 8 (2, 3) of the 16.
+  float o[D / 8][4];
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+  issue(0);
+  cp_async_commit();
+  for (int st = 0; st < n_stages; ++st) {
+    if (st + 1 < n_stages) issue(st + 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncwarp();
+    const uint16_t* kb = wbuf + (st % C::kDepth) * 2 * C::kKeys * C::kStride;
+    const uint16_t* vb = kb + C::kKeys * C::kStride;
+    const int key0 = k_begin + st * C::kStage + warp * C::kKeys;
+
+    // S = Q Kᵀ: [16 rows x 16 keys].
+    float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[4], b[4];
+      ldmatrix_x4(a, qs + (lane & 15) * C::kStride + kk * 16 + (lane >> 4) * 8);
+      ldmatrix_x4(b, kb + ((lane >> 4) * 8 + (lane & 7)) * C::kStride + kk * 16 + ((lane >> 3) & 1) * 8);
+      mma_16816<F16>(sc[0], a, b[0], b[1]);
+      mma_16816<F16>(sc[1], a, b[2], b[3]);
+    }
+    // Mask keys past the split's end, online softmax (log2 domain).
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + j * 8 + 2 * tq + (e & 1);
+        sc[j][e] = key < k_end ? sc[j][e] : -INFINITY;
+        mx[e >> 1] = fmaxf(mx[e >> 1], sc[j][e]);
+      }
+    float alpha[2], mu[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+      const float m_new = fmaxf(m[i], mx[i]);
+      mu[i] = m_new == -INFINITY ? 0.f : m_new;
+      alpha[i] = exp2f(m[i] - mu[i]);
+      m[i] = m_new;
+      l[i] *= alpha[i];
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float pv = exp2f(sc[j][e] - mu[e >> 1]);
+        sc[j][e] = pv;
+        l[e >> 1] += pv;
+      }
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      o[j][0] *= alpha[0], o[j][1] *= alpha[0];
+      o[j][2] *= alpha[1], o[j][3] *= alpha[1];
+    }
+    // O += P V: one k-step of the 16 keys.
+    const uint32_t a[4] = {half2_rn<F16>(sc[0][0], sc[0][1]), half2_rn<F16>(sc[0][2], sc[0][3]),
+                           half2_rn<F16>(sc[1][0], sc[1][1]), half2_rn<F16>(sc[1][2], sc[1][3])};
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, vb + ((lane & 7) + ((lane >> 3) & 1) * 8) * C::kStride + dp * 16 + (lane >> 4) * 8);
+      mma_16816<F16>(o[2 * dp], a, b[0], b[1]);
+      mma_16816<F16>(o[2 * dp + 1], a, b[2], b[3]);
+    }
+    __syncwarp();  // this stage's buffer is refilled by the next issue
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+  }
+  __syncthreads();  // every warp is done with its ring
+  float* red_acc = reinterpret_cast<float*>(kv);  // [kWarps][16][D]
+  float* red_ml = red_acc + C::kWarps * 16 * D;   // [kWarps][16][2]
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = g + 8 * i;
+    if (r >= G) continue;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j)
+      *reinterpret_cast<float2*>(red_acc + (warp * 16 + r) * D + j * 8 + 2 * tq) = make_float2(o[j][2 * i], o[j][2 * i + 1]);
+    if (tq == 0) red_ml[(warp * 16 + r) * 2] = m[i], red_ml[(warp * 16 + r) * 2 + 1] = l[i];
+  }
+  __syncthreads();
+  finish_decode<D, 16, C::kWarps>(reinterpret_cast<float*>(kv), red_acc, red_ml, geo, t, p, lo, split, split_len,
+                                   n_splits, h0, G, out, part_acc, part_ml, counters);
+}
+
 // ---- planning and launch ------------------------------------------------------
 
 struct DecodePlan {
@@ -687,9 +901,39 @@ void launch_decode(const float* q, const uint16_t* k_cache, const uint16_t* v_ca
          plan.split_len, plan.n_splits, n_hpass, out, part_acc, part_ml, counters);
 }
 
+// The tensor-core decode for groups of at most 16 query heads, unless
+// AUGUR_CUDA_DECODE_TC=0 or the f32-attention precision experiment asks for
+// the scalar kernel.
+bool use_decode_tc(int group) {
+  static const bool on = [] {
+    const char* e = std::getenv("AUGUR_CUDA_DECODE_TC");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  return on && group <= 16 && !detail::precision().decode_attention;
+}
+
+template <int D, bool F16>
+void launch_decode_tc(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const Geometry& geo,
+                      const DecodePlan& plan, float* out, void* workspace, Stream s) {
+  using C = DecodeTcCfg<D>;
+  const dim3 grid(unsigned(plan.n_splits), unsigned(geo.n_head_kv), unsigned(geo.n_tokens));
+  if (plan.n_splits > 1 && int64_t(geo.n_tokens) * grid.y > Context::kAttnCounters) {
+    fail("[cuda] paged_attention: ", geo.n_tokens, " tokens x ", grid.y, " KV heads exceed ", Context::kAttnCounters,
+         " split counters");
+  }
+  static std::once_flag once;
+  set_smem(decode_tc_kernel<D, F16>, C::kSmem, once);
+  float* part_acc = static_cast<float*>(workspace);
+  auto* part_ml = reinterpret_cast<float2*>(part_acc + int64_t(geo.n_tokens) * geo.n_head * plan.n_splits * D);
+  int* counters = static_cast<int*>(context().attn_counters.get());
+  launch("decode_tc_kernel", decode_tc_kernel<D, F16>, grid, dim3(C::kWarps * 32), C::kSmem, s, q, k_cache, v_cache,
+         geo, plan.split_len, plan.n_splits, out, part_acc, part_ml, counters);
+}
+
 template <int D, bool F16>
 void decode_by_group(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const Geometry& geo,
                      const DecodePlan& plan, float* out, void* workspace, Stream s) {
+  if (use_decode_tc(geo.group)) return launch_decode_tc<D, F16>(q, k_cache, v_cache, geo, plan, out, workspace, s);
   if (geo.group == 1) return launch_decode<D, 1, F16>(q, k_cache, v_cache, geo, plan, out, workspace, s);
   if (geo.group == 2) return launch_decode<D, 2, F16>(q, k_cache, v_cache, geo, plan, out, workspace, s);
   if (geo.group <= 4) return launch_decode<D, 4, F16>(q, k_cache, v_cache, geo, plan, out, workspace, s);
