@@ -135,10 +135,12 @@ __device__ __forceinline__ void pdl_entry() {
 }
 
 bool pdl_enabled();  // context.cu: AUGUR_CUDA_PDL != 0
+bool skip_kernel(const char* name);  // context.cu: AUGUR_CUDA_SKIP (profiling only)
 
 template <typename... Params, typename... Args>
 void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
             Args&&... args) {
+  if (skip_kernel(name)) return;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;

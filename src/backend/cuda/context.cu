@@ -93,6 +93,19 @@ bool pdl_enabled() {
   return on;
 }
 
+// AUGUR_CUDA_SKIP=name,name,...: those kernels are not launched, for
+// measuring what a kernel costs inside the whole decode step (the step's time
+// with and without it). Outputs are wrong while it is set; a warning says so.
+bool skip_kernel(const char* name) {
+  static const std::string skip = [] {
+    const char* e = std::getenv("AUGUR_CUDA_SKIP");
+    if (e == nullptr || *e == 0) return std::string();
+    std::fprintf(stderr, "[cuda] warning: AUGUR_CUDA_SKIP=%s: these kernels are not launched, outputs are wrong\n", e);
+    return "," + std::string(e) + ",";
+  }();
+  return !skip.empty() && skip.find("," + std::string(name) + ",") != std::string::npos;
+}
+
 bool available() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {

@@ -38,17 +38,25 @@ constexpr int kConvSegment = 64;
 __global__ void causal_conv1d_kernel(const float* __restrict__ x, const float* __restrict__ w, int64_t C, int K,
                                      const RecurrentRow* __restrict__ rows, float* __restrict__ conv_state,
                                      bool silu, bool tail_here, float* __restrict__ out) {
-  pdl_entry();
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const RecurrentRow row = rows[blockIdx.y];
   const int i0 = int(blockIdx.z) * kConvSegment;
-  if (c >= C || i0 >= row.n_tokens) return;
-  const int i1 = min(row.n_tokens, i0 + kConvSegment);
   const int tail = K - 1;
   float* st = conv_state + int64_t(row.slot) * tail * C;  // [K-1, C]
+  const float* wc = w + c * K;
+  // The weights and the kept tail (written only by this layer's conv, in an
+  // earlier forward) start their way into L2 before the PDL wait, as the
+  // recurrent kernel's state does.
+  const bool live = c < C && i0 < row.n_tokens;
+  if (live) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(wc));
+    for (int p = 0; p < tail; ++p) asm volatile("prefetch.global.L2 [%0];" ::"l"(st + int64_t(p) * C + c));
+  }
+  pdl_entry();
+  if (!live) return;
+  const int i1 = min(row.n_tokens, i0 + kConvSegment);
   const float* xr = x + int64_t(row.token_begin) * C;             // [n, C]
   float* orow = out + int64_t(row.token_begin) * C;
-  const float* wc = w + c * K;
   for (int i = i0; i < i1; ++i) {
     float acc = 0.0f;
     for (int j = 0; j < K; ++j) {
@@ -158,13 +166,17 @@ __global__ void __launch_bounds__(kCols* kNs) gdr_recurrent_kernel(
     const float* __restrict__ g, const float* __restrict__ beta, float scale, int n_head_k, int n_head, int dk,
     int dv, const RecurrentRow* __restrict__ rows, float* __restrict__ state, float* __restrict__ out,
     DeltaRuleFusion fuse) {
-  pdl_entry();
   __shared__ float sk[kNs * KPT], sq[kNs * KPT], inv_norm[2];
+  // The rows (uploaded before the forward) and this layer's state (written
+  // only by this kernel, in an earlier forward) are read before the PDL wait:
+  // the state's DRAM latency overlaps the previous kernel (decode: about 2 us
+  // of a 27B layer's 8). Nothing earlier in the stream can still be writing
+  // them: the previous kernel waited for its own predecessor before letting
+  // this one start.
   const RecurrentRow row = rows[blockIdx.x];
-  if (row.n_tokens <= 0) return;  // uniform over the block
   const int h = blockIdx.y, hk = h / (n_head / n_head_k);
   const int col = blockIdx.z * kCols + threadIdx.x / kNs, s = threadIdx.x % kNs;
-  const bool active = col < dv;
+  const bool active = col < dv && row.n_tokens > 0;
   float* S = state + (int64_t(row.slot) * n_head + h) * dk * dv;  // [dk, dv]
   float reg[KPT];
 #pragma unroll
@@ -172,6 +184,8 @@ __global__ void __launch_bounds__(kCols* kNs) gdr_recurrent_kernel(
     const int a = s + kNs * i;
     reg[i] = active && a < dk ? S[int64_t(a) * dv + col] : 0.0f;
   }
+  pdl_entry();
+  if (row.n_tokens <= 0) return;  // uniform over the block
   for (int it = 0; it < row.n_tokens; ++it) {
     const int64_t t = int64_t(row.token_begin) + it;
     __syncthreads();  // the previous token's reads of sk, sq are done
