@@ -101,9 +101,14 @@ bool skip_kernel(const char* name) {
     const char* e = std::getenv("AUGUR_CUDA_SKIP");
     if (e == nullptr || *e == 0) return std::string();
     std::fprintf(stderr, "[cuda] warning: AUGUR_CUDA_SKIP=%s: these kernels are not launched, outputs are wrong\n", e);
-    return "," + std::string(e) + ",";
+    std::string list(",");  // appends: g++ 12 warns (-Wrestrict) on "," + string
+    list.append(e).append(",");
+    return list;
   }();
-  return !skip.empty() && skip.find("," + std::string(name) + ",") != std::string::npos;
+  if (skip.empty()) return false;
+  std::string key(",");
+  key.append(name).append(",");
+  return skip.find(key) != std::string::npos;
 }
 
 bool available() {
