@@ -2,7 +2,7 @@
 // the kernels of backend/cuda on Qwen3-8B shapes, timed with CUDA events over
 // CUDA-graph replays (as decode runs), median of several replays.
 //
-//   cuda_bench [--quick | --skinny-sweep | --attention]
+//   cuda_bench [--quick | --skinny-sweep | --tc-skinny | --attention]
 //
 // Weights are rotated over enough copies to defeat the 60 MB L2, as a forward
 // pass reads each weight once; attention rotates over 36 layers' caches.
@@ -159,7 +159,7 @@ const Shape kShapes[] = {{"q/o 4096x4096", 4096, 4096},
                          {"qkv fused 6144x4096", 6144, 4096},
                          {"gate_up fused 24576x4096", 24576, 4096}};
 
-enum class Path { Dispatch, Skinny, Lt };
+enum class Path { Dispatch, Skinny, Lt, TcSkinny };
 
 // ms per launch over rotated copies of the weights. Dispatch: matmul_bf16 (f32
 // x); Skinny: the skinny kernel with `splits`; Lt: cuBLASLt on bf16 x.
@@ -171,6 +171,9 @@ double skinny_ms(const Shape& sh, int64_t M, Path path, int splits, uint16_t* w,
       const uint16_t* wc = w + size_t(c) * wn;
       if (path == Path::Lt)
         augur::cuda::detail::lt_matmul(xb, M, sh.K, wc, sh.N, y, sh.N, s);
+      else if (path == Path::TcSkinny)
+        augur::cuda::detail::tc_skinny_matmul(xb, M, sh.K, sh.K, wc, sh.N, y, sh.N, s, augur::cuda::Half::BF16,
+                                              splits);
       else if (path == Path::Skinny)
         augur::cuda::detail::skinny_matmul(x, M, sh.K, sh.K, wc, sh.N, y, sh.N, s, splits);
       else
@@ -215,6 +218,37 @@ void skinny_sweep(double bw) {
   std::printf("(copy ceiling %.0f GB/s)\n\n", bw);
 }
 
+// Small decode batches (M = 3..32) on cuBLASLt against the tensor-core
+// skinny GEMM (gemv_tc.cu) at its automatic split and forced ones: us and
+// GB/s of weights, x already in bf16 for both.
+void tc_skinny_sweep(double bw) {
+  const Shape shapes[] = {{"8b qkv 6144x4096", 6144, 4096},      {"8b o 4096x4096", 4096, 4096},
+                          {"8b gate_up 24576x4096", 24576, 4096}, {"8b down 4096x12288", 4096, 12288},
+                          {"27b gate_up 34816x5120", 34816, 5120}, {"27b down 5120x17408", 5120, 17408}};
+  Buf<float> y(size_t(32) * 34816);
+  Buf<uint16_t> xb(size_t(32) * 17408);
+  rand_bf16(xb.p, xb.n, 1);
+  std::printf("== small batches: us (GB/s of weights), cuBLASLt vs tensor-core skinny GEMM ==\n");
+  for (const Shape& sh : shapes) {
+    const size_t bytes = size_t(sh.N * sh.K) * 2;
+    const int copies = int(std::clamp<size_t>((size_t(1) << 30) / bytes, 2, 64));
+    Buf<uint16_t> w(size_t(copies) * size_t(sh.N * sh.K));
+    rand_bf16(w.p, w.n, 3);
+    for (int64_t M : {3, 4, 8, 16, 32}) {
+      const double lt = skinny_ms(sh, M, Path::Lt, 0, w.p, copies, nullptr, xb.p, y.p);
+      std::printf("%-24s M=%-2ld lt %.1f (%.0f)  tc auto(S%d)", sh.name, long(M), lt * 1e3,
+                  double(bytes) / (lt * 1e-3) / 1e9, augur::cuda::detail::tc_skinny_splits(M, sh.K, sh.N));
+      for (int sp : {0, 1, 2, 4, 8}) {
+        const double ms = skinny_ms(sh, M, Path::TcSkinny, sp, w.p, copies, nullptr, xb.p, y.p);
+        std::printf("  S%s %.1f (%.0f)", sp == 0 ? "auto" : std::to_string(sp).c_str(), ms * 1e3,
+                    double(bytes) / (ms * 1e-3) / 1e9);
+      }
+      std::printf("\n");
+    }
+  }
+  std::printf("(copy ceiling %.0f GB/s)\n\n", bw);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -234,6 +268,10 @@ int main(int argc, char** argv) {
   const bool attention_only = argc > 1 && std::strcmp(argv[1], "--attention") == 0;
   if (argc > 1 && std::strcmp(argv[1], "--skinny-sweep") == 0) {
     skinny_sweep(bw);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--tc-skinny") == 0) {
+    tc_skinny_sweep(bw);
     return 0;
   }
 

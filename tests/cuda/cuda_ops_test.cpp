@@ -279,6 +279,73 @@ TEST_F(CudaMatmul, PreconvertedInput) {
   EXPECT_LE(e.rel_l2, 1e-5);
 }
 
+// The tensor-core skinny GEMM (gemv_tc.cu) on x already rounded to bf16 or
+// f16, against cpu::matmul on the same rounded x: only the order of the f32
+// sums differs. Every M up to 32 (both token-tile widths), rows and K that do
+// not fill a tile or a 256-wide stage, forced split factors; each case runs
+// twice on the same buffers (split-K counters must return to zero).
+TEST_F(CudaMatmul, TensorCoreSkinny) {
+  std::mt19937 rng(11);
+  for (bool f16 : {false, true})
+    for (int64_t M : {1, 3, 8, 9, 16, 17, 32})
+      for (auto kn : std::vector<std::pair<int64_t, int64_t>>{{8, 7}, {256, 16}, {264, 31}, {1032, 33}, {4096, 520}})
+        for (int splits : {0, 1, 3}) {
+          const int64_t K = kn.first, N = kn.second;
+          const Half wt = f16 ? Half::F16 : Half::BF16;
+          const std::vector<float> x = randn(size_t(M * K), rng);
+          std::vector<uint16_t> w(size_t(N * K));
+          std::vector<float> wf(w.size());
+          std::uniform_real_distribution<float> u(-1.f, 1.f);
+          for (size_t i = 0; i < w.size(); ++i) {
+            w[i] = f16 ? f32_to_f16(u(rng)) : f32_to_bf16(u(rng));
+            wf[i] = f16 ? f16_to_f32(w[i]) : bf16_to_f32(w[i]);
+          }
+          Dev<float> dx(x), dy(size_t(M * N));
+          Dev<uint16_t> dxh(size_t(M * K)), dw(w);
+          to_half(dx.get(), M, K, K, wt, dxh.get(), stream());
+          const std::vector<uint16_t> xh = dxh.download();
+          std::vector<float> xr(x.size());
+          for (size_t i = 0; i < x.size(); ++i) xr[i] = f16 ? f16_to_f32(xh[i]) : bf16_to_f32(xh[i]);
+          std::vector<float> ref(size_t(M * N));
+          cpu::matmul(xr.data(), M, K, K, wf.data(), DType::F32, N, ref.data(), N, ThreadPool::global());
+          const std::string what = std::string(f16 ? "f16" : "bf16") + " M=" + std::to_string(M) +
+                                   " K=" + std::to_string(K) + " N=" + std::to_string(N) +
+                                   " splits=" + std::to_string(splits);
+          for (int rep = 0; rep < 2; ++rep) {
+            dy.poison();
+            detail::tc_skinny_matmul(dxh.get(), M, K, K, dw.get(), N, dy.get(), N, stream(), wt, splits);
+            const ErrStats e = compare(dy.download(), ref);
+            EXPECT_TRUE(e.all_finite) << what;
+            EXPECT_LE(e.rel_l2, 1e-5) << what;
+          }
+        }
+  // Misaligned or unsupported shapes are refused by name, never run.
+  Dev<uint16_t> small(64);
+  Dev<float> out(64);
+  EXPECT_THROW(detail::tc_skinny_matmul(small.get(), 33, 8, 8, small.get(), 1, out.get(), 1, stream()), Error);
+  EXPECT_THROW(detail::tc_skinny_matmul(small.get(), 2, 12, 12, small.get(), 1, out.get(), 1, stream()), Error);
+}
+
+// With AUGUR_CUDA_TC_SKINNY=1 the dispatch (matmul_half) takes it for 3 <= M <= 32.
+TEST_F(CudaMatmul, TensorCoreSkinnyDispatch) {
+  if (!detail::tc_skinny_enabled()) GTEST_SKIP() << "AUGUR_CUDA_TC_SKINNY=1 not set";
+  std::mt19937 rng(12);
+  const int64_t M = 24, K = 2048, N = 300;
+  const std::vector<float> x = randn(size_t(M * K), rng);
+  const std::vector<uint16_t> w = rand_bf16(size_t(N * K), rng);
+  std::vector<float> xr(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
+  std::vector<float> ref(size_t(M * N));
+  cpu::matmul(xr.data(), M, K, K, w.data(), DType::BF16, N, ref.data(), N, ThreadPool::global());
+  Dev<float> dx(x), dy(size_t(M * N));
+  Dev<uint16_t> dw(w);
+  dy.poison();
+  matmul_bf16(dx.get(), M, K, K, dw.get(), N, dy.get(), N, stream());
+  const ErrStats e = compare(dy.download(), ref);
+  EXPECT_TRUE(e.all_finite);
+  EXPECT_LE(e.rel_l2, 1e-5);
+}
+
 // A split-K matmul captured in a CUDA graph and replayed gives the same result
 // each time (the per-tile counters return to zero).
 TEST_F(CudaMatmul, GraphReplay) {
