@@ -2,7 +2,7 @@
 // the kernels of backend/cuda on Qwen3-8B shapes, timed with CUDA events over
 // CUDA-graph replays (as decode runs), median of several replays.
 //
-//   cuda_bench [--quick | --skinny-sweep | --tc-skinny | --attention]
+//   cuda_bench [--quick | --skinny-sweep | --attention | --tail]
 //
 // Weights are rotated over enough copies to defeat the 60 MB L2, as a forward
 // pass reads each weight once; attention rotates over 36 layers' caches.
@@ -159,7 +159,7 @@ const Shape kShapes[] = {{"q/o 4096x4096", 4096, 4096},
                          {"qkv fused 6144x4096", 6144, 4096},
                          {"gate_up fused 24576x4096", 24576, 4096}};
 
-enum class Path { Dispatch, Skinny, Lt, TcSkinny };
+enum class Path { Dispatch, Skinny, Lt };
 
 // ms per launch over rotated copies of the weights. Dispatch: matmul_bf16 (f32
 // x); Skinny: the skinny kernel with `splits`; Lt: cuBLASLt on bf16 x.
@@ -171,9 +171,6 @@ double skinny_ms(const Shape& sh, int64_t M, Path path, int splits, uint16_t* w,
       const uint16_t* wc = w + size_t(c) * wn;
       if (path == Path::Lt)
         augur::cuda::detail::lt_matmul(xb, M, sh.K, wc, sh.N, y, sh.N, s);
-      else if (path == Path::TcSkinny)
-        augur::cuda::detail::tc_skinny_matmul(xb, M, sh.K, sh.K, wc, sh.N, y, sh.N, s, augur::cuda::Half::BF16,
-                                              splits);
       else if (path == Path::Skinny)
         augur::cuda::detail::skinny_matmul(x, M, sh.K, sh.K, wc, sh.N, y, sh.N, s, splits);
       else
@@ -218,31 +215,63 @@ void skinny_sweep(double bw) {
   std::printf("(copy ceiling %.0f GB/s)\n\n", bw);
 }
 
-// Small decode batches (M = 3..32) on cuBLASLt against the tensor-core
-// skinny GEMM (gemv_tc.cu) at its automatic split and forced ones: us and
-// GB/s of weights, x already in bf16 for both.
-void tc_skinny_sweep(double bw) {
-  const Shape shapes[] = {{"8b qkv 6144x4096", 6144, 4096},      {"8b o 4096x4096", 4096, 4096},
-                          {"8b gate_up 24576x4096", 24576, 4096}, {"8b down 4096x12288", 4096, 12288},
-                          {"27b gate_up 34816x5120", 34816, 5120}, {"27b down 5120x17408", 5120, 17408}};
-  Buf<float> y(size_t(32) * 34816);
-  Buf<uint16_t> xb(size_t(32) * 17408);
-  rand_bf16(xb.p, xb.n, 1);
-  std::printf("== small batches: us (GB/s of weights), cuBLASLt vs tensor-core skinny GEMM ==\n");
-  for (const Shape& sh : shapes) {
-    const size_t bytes = size_t(sh.N * sh.K) * 2;
-    const int copies = int(std::clamp<size_t>((size_t(1) << 30) / bytes, 2, 64));
-    Buf<uint16_t> w(size_t(copies) * size_t(sh.N * sh.K));
-    rand_bf16(w.p, w.n, 3);
-    for (int64_t M : {3, 4, 8, 16, 32}) {
-      const double lt = skinny_ms(sh, M, Path::Lt, 0, w.p, copies, nullptr, xb.p, y.p);
-      std::printf("%-24s M=%-2ld lt %.1f (%.0f)  tc auto(S%d)", sh.name, long(M), lt * 1e3,
-                  double(bytes) / (lt * 1e-3) / 1e9, augur::cuda::detail::tc_skinny_splits(M, sh.K, sh.N));
-      for (int sp : {0, 1, 2, 4, 8}) {
-        const double ms = skinny_ms(sh, M, Path::TcSkinny, sp, w.p, copies, nullptr, xb.p, y.p);
-        std::printf("  S%s %.1f (%.0f)", sp == 0 ? "auto" : std::to_string(sp).c_str(), ms * 1e3,
-                    double(bytes) / (ms * 1e-3) / 1e9);
+// The end of a decoder block at decode (w_out, add + norm, gate/up, SwiGLU,
+// down) as the unfused kernels and as decode_tail at each ring depth, over
+// rotated copies of a layer's weights: us a layer and GB/s of weights.
+void tail_sweep(double bw) {
+  struct TailShape {
+    const char* name;
+    int64_t Ka, D, F;
+  };
+  const TailShape shapes[] = {{"qwen3-8b", 4096, 4096, 12288}, {"qwen3.5-27b attn", 6144, 5120, 17408}};
+  using augur::cuda::Half;
+  std::printf("== decode tail (w_out, add+norm, gate/up, swiglu, down): us a layer (GB/s of weights) ==\n");
+  for (const TailShape& sh : shapes) {
+    const size_t n_wo = size_t(sh.D * sh.Ka), n_gu = size_t(2 * sh.F * sh.D), n_dn = size_t(sh.D * sh.F);
+    const size_t per = n_wo + n_gu + n_dn, bytes = per * 2;
+    const int copies = int(std::clamp<size_t>((size_t(3) << 30) / bytes, 2, 64));
+    Buf<uint16_t> w(size_t(copies) * per);
+    rand_bf16(w.p, w.n, 5);
+    Buf<float> a(size_t(2) * sh.Ka), x(size_t(2) * sh.D), g(size_t(sh.D)), o(size_t(2) * sh.D), h(size_t(2) * sh.D);
+    Buf<float> gu(size_t(2) * 2 * sh.F), act(size_t(2) * sh.F), out(size_t(2) * sh.D);
+    rand_f32(a.p, a.n, 6);
+    rand_f32(x.p, x.n, 7);
+    rand_f32(g.p, g.n, 8);
+    for (int64_t M : {1, 2}) {
+      if (!augur::cuda::decode_tail_fits(M, sh.Ka, sh.D, sh.F)) continue;
+      auto layer = [&](int c, Stream s, bool fused) {
+        const uint16_t* wo = w.p + size_t(c) * per;
+        const uint16_t* wgu = wo + n_wo;
+        const uint16_t* wdn = wgu + n_gu;
+        if (fused) {
+          augur::cuda::DecodeTail t;
+          t.a = a.p, t.M = M, t.Ka = sh.Ka, t.D = sh.D, t.F = sh.F, t.w_out = wo, t.x = x.p, t.g = g.p;
+          t.eps = 1e-6f, t.gate_up = wgu, t.down = wdn, t.o = o.p, t.act = act.p, t.out = out.p;
+          augur::cuda::decode_tail(t, s);
+          return;
+        }
+        augur::cuda::matmul_half(a.p, M, sh.Ka, sh.Ka, wo, Half::BF16, sh.D, o.p, sh.D, s);
+        augur::cuda::add_rms_norm(x.p, o.p, g.p, 1e-6f, M, sh.D, h.p, s);
+        augur::cuda::matmul_half(h.p, M, sh.D, sh.D, wgu, Half::BF16, 2 * sh.F, gu.p, 2 * sh.F, s);
+        augur::cuda::swiglu_matmul(gu.p, M, sh.F, wdn, Half::BF16, sh.D, act.p, out.p, s);
+      };
+      auto time = [&](bool fused) {
+        return time_graph([&](Stream s) {
+                 for (int c = 0; c < copies; ++c) layer(c, s, fused);
+               }) /
+               copies;
+      };
+      auto show = [&](const char* what, double ms) {
+        std::printf("  %s %.1f (%.0f, %.1f%%)", what, ms * 1e3, double(bytes) / (ms * 1e-3) / 1e9,
+                    100.0 * double(bytes) / (ms * 1e-3) / 1e9 / bw);
+      };
+      std::printf("%-18s M=%ld %.0f MB:", sh.name, long(M), double(bytes) / 1e6);
+      show("unfused", time(false));
+      for (int depth : {6, 8, 10}) {
+        augur::cuda::detail::decode_tail_depth() = depth;
+        show(("tail d" + std::to_string(depth)).c_str(), time(true));
       }
+      augur::cuda::detail::decode_tail_depth() = 0;
       std::printf("\n");
     }
   }
@@ -270,8 +299,8 @@ int main(int argc, char** argv) {
     skinny_sweep(bw);
     return 0;
   }
-  if (argc > 1 && std::strcmp(argv[1], "--tc-skinny") == 0) {
-    tc_skinny_sweep(bw);
+  if (argc > 1 && std::strcmp(argv[1], "--tail") == 0) {
+    tail_sweep(bw);
     return 0;
   }
 

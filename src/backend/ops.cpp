@@ -6,6 +6,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -180,6 +181,56 @@ void swiglu_linear(const Tensor& gate_up, const Tensor& w, const Tensor& act, co
   }
   swiglu_packed(gate_up, act);
   linear(act, w, y);
+}
+
+bool decode_tail_fits(const Tensor& a, const Tensor& w_out, const Tensor& gate_up, const Tensor& down,
+                      const Tensor& w_next) {
+  if (a.device() != Device::CUDA || a.dtype() != DType::F32 || a.ndim() != 2 || !a.is_contiguous()) return false;
+  for (const Tensor* w : {&w_out, &gate_up, &down, &w_next})
+    if (w->defined() &&
+        (w->device() != Device::CUDA || !is_half(w->dtype()) || w->ndim() != 2 || !w->is_contiguous()))
+      return false;
+  if (!w_out.defined() || !gate_up.defined() || !down.defined()) return false;
+  const int64_t D = w_out.dim(0), F = down.dim(1);
+  if (w_out.dim(1) != a.dim(1) || gate_up.dim(0) != 2 * F || gate_up.dim(1) != D || down.dim(0) != D) return false;
+  if (w_next.defined() && w_next.dim(1) != D) return false;
+  return cuda::decode_tail_enabled(w_next.defined()) &&
+         cuda::decode_tail_fits(a.dim(0), a.dim(1), D, F, w_next.defined() ? w_next.dim(0) : 0);
+}
+
+void decode_tail(const Tensor& a, const Tensor& w_out, const Tensor& x, const Tensor& g, float eps,
+                 const Tensor& gate_up, const Tensor& down, const Tensor& o, const Tensor& act, const Tensor& out,
+                 const Tensor& w_next, const Tensor& g_next, const Tensor& y_next) {
+  require(decode_tail_fits(a, w_out, gate_up, down, w_next), "decode_tail", "a ", a.shape_str(), ", w_out ",
+          w_out.shape_str(), ", gate_up ", gate_up.shape_str(), ", down ", down.shape_str(), ", w_next ",
+          w_next.defined() ? w_next.shape_str() : std::string("none"),
+          ": not a shape the fused kernel takes (check decode_tail_fits)");
+  const Device dev = a.device();
+  const int64_t M = a.dim(0), D = w_out.dim(0), F = down.dim(1), N = w_next.defined() ? w_next.dim(0) : 0;
+  using Named = std::pair<const Tensor*, const char*>;
+  std::vector<Named> f32s = {{&x, "x"}, {&g, "g"}, {&o, "o"}, {&act, "act"}, {&out, "out"}};
+  if (N > 0) f32s.insert(f32s.end(), {Named{&g_next, "g_next"}, Named{&y_next, "y_next"}});
+  for (const auto& [t, name] : f32s) {
+    require_f32("decode_tail", *t, name, dev);
+    require(t->is_contiguous(), "decode_tail", name, " must be contiguous");
+  }
+  require(x.numel() == M * D && o.numel() == M * D && out.numel() == M * D && g.numel() == D && act.numel() == M * F,
+          "decode_tail", "x ", x.shape_str(), ", g ", g.shape_str(), ", o ", o.shape_str(), ", act ", act.shape_str(),
+          ", out ", out.shape_str(), " disagree with M = ", M, ", D = ", D, ", F = ", F);
+  require(N == 0 || (g_next.numel() == D && y_next.numel() == M * N), "decode_tail", "g_next ",
+          g_next.shape_str(), ", y_next ", y_next.shape_str(), " disagree with D = ", D, ", N = ", N);
+  cuda::DecodeTail t;
+  t.a = a.data<float>(), t.M = M, t.Ka = a.dim(1), t.D = D, t.F = F;
+  t.w_out = half_ptr(w_out), t.w_out_t = half_of(w_out);
+  t.x = x.data<float>(), t.g = g.data<float>(), t.eps = eps;
+  t.gate_up = half_ptr(gate_up), t.gate_up_t = half_of(gate_up);
+  t.down = half_ptr(down), t.down_t = half_of(down);
+  t.o = o.data<float>(), t.act = act.data<float>(), t.out = out.data<float>();
+  if (N > 0) {
+    t.n_next = N, t.w_next = half_ptr(w_next), t.w_next_t = half_of(w_next);
+    t.g_next = g_next.data<float>(), t.y_next = y_next.data<float>();
+  }
+  cuda::decode_tail(t, cuda::stream());
 }
 
 void swiglu_packed(const Tensor& gate_up, const Tensor& out) {

@@ -44,6 +44,22 @@ void swiglu_packed(const Tensor& gate_up, const Tensor& out);
 // act: [M, D] f32 scratch for the SwiGLU. gate_up: [M, 2D]; w: [N, D]; y: [M, N]
 void swiglu_linear(const Tensor& gate_up, const Tensor& w, const Tensor& act, const Tensor& y);
 
+// The end of a decoder block at decode: x += a · w_outᵀ; out = the SwiGLU MLP
+// (gate_up stacked: gate rows, then up rows) of rms_norm(x) * g; o and act are
+// scratch. With w_next, also the next block's input projection:
+// x += out; y_next = (rms_norm(x) * g_next) · w_nextᵀ. One persistent kernel
+// on CUDA, the arithmetic of linear + add_rms_norm + swiglu_linear
+// (+ add_rms_norm + linear) there; decode_tail_fits says when it applies
+// (CUDA, at most 2 rows, shapes the kernel takes, AUGUR_CUDA_DECODE_TAIL=1:
+// off by default), otherwise run those ops.
+// a: [M, Ka]; w_out: [D, Ka]; x, o, out: [M, D]; g, g_next: [D];
+// gate_up: [2F, D]; down: [D, F]; act: [M, F]; w_next: [N, D]; y_next: [M, N]
+bool decode_tail_fits(const Tensor& a, const Tensor& w_out, const Tensor& gate_up, const Tensor& down,
+                      const Tensor& w_next = Tensor());
+void decode_tail(const Tensor& a, const Tensor& w_out, const Tensor& x, const Tensor& g, float eps,
+                 const Tensor& gate_up, const Tensor& down, const Tensor& o, const Tensor& act, const Tensor& out,
+                 const Tensor& w_next = Tensor(), const Tensor& g_next = Tensor(), const Tensor& y_next = Tensor());
+
 // Paged KV cache of one layer: fixed-size blocks of token slots.
 struct KvLayer {
   Tensor k;  // [n_blocks, block_size, n_head_kv, head_dim] f32 (CPU) or bf16 (CUDA)

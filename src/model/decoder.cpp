@@ -134,13 +134,17 @@ class DecoderModel final : public Model {
     Tensor o = scratch.get("o", {T, d});  // output of a block
     ops::embedding(embed_, plan.tokens, x, &plan.device);
     ops::rms_norm(x, layers_[0].attn_norm, cfg_.rms_eps, h);
+    Tensor qkv;  // the next layer's q/k/v projection, when the block tail made it
     for (int64_t i = 0; i < cfg_.n_layer; ++i) {
       const LayerWeights& l = layers_[size_t(i)];
-      attention_block(h, l.attn, shape_, inv_freq_, plan, kv.layer(i), o, scratch);
-      ops::add_rms_norm(x, o, l.mlp_norm, cfg_.rms_eps, h);  // x += o; h = norm(x)
-      swiglu_mlp(h, l.mlp, o, scratch);
-      if (i + 1 < cfg_.n_layer)
-        ops::add_rms_norm(x, o, layers_[size_t(i + 1)].attn_norm, cfg_.rms_eps, h);
+      const LayerWeights* next = i + 1 < cfg_.n_layer ? &layers_[size_t(i + 1)] : nullptr;
+      const Tensor a = attention_mix(h, l.attn, shape_, inv_freq_, plan, kv.layer(i), scratch, qkv);
+      // o = mlp(norm(x += wo·a)), and at decode on CUDA the next projection
+      qkv = block_tail(a, l.attn.wo, l.attn.bo, x, l.mlp_norm, cfg_.rms_eps, l.mlp, h, o, scratch,
+                       next ? next->attn.wqkv : Tensor(), next ? next->attn_norm : Tensor());
+      if (qkv.defined()) continue;  // x += o done there
+      if (next)
+        ops::add_rms_norm(x, o, next->attn_norm, cfg_.rms_eps, h);
       else
         ops::add_inplace(x, o);
     }

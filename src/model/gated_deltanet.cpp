@@ -3,6 +3,8 @@
 #include <cmath>
 #include <vector>
 
+#include "core/error.h"
+
 namespace augur {
 
 namespace {
@@ -16,9 +18,9 @@ Tensor part(const Tensor& flat, int64_t begin, std::initializer_list<int64_t> sh
 
 }  // namespace
 
-void gated_deltanet_block(const Tensor& x, const GatedDeltaNetWeights& w, const GatedDeltaNetShape& s,
-                          std::span<const ops::RecurrentRow> rows, const ops::RecurrentLayer& state,
-                          const Tensor& out, Scratch& scratch, const ops::DeviceBatch* device) {
+Tensor gated_deltanet_mix(const Tensor& x, const GatedDeltaNetWeights& w, const GatedDeltaNetShape& s,
+                          std::span<const ops::RecurrentRow> rows, const ops::RecurrentLayer& state, Scratch& scratch,
+                          const ops::DeviceBatch* device, const Tensor& projected) {
   const int64_t T = x.dim(0), H = s.n_head, Hk = s.n_head_k, dk = s.head_dim_k, dv = s.head_dim_v;
   const int64_t C = s.conv_dim(), V = s.value_dim();
   Tensor mixed, z, b, a;  // [T, C] (q, k, v before the conv), [T * H, dv], [T, H], [T, H]
@@ -27,12 +29,13 @@ void gated_deltanet_block(const Tensor& x, const GatedDeltaNetWeights& w, const 
   if (T == 1 && w.in_all.defined()) {
     // One token (a decode step): the four projections as one matmul, and q,
     // k, v read in place from the conv output, where they lie back to back.
-    Tensor proj = scratch.get("gdn.proj", {1, C + V + 2 * H}).reshape({C + V + 2 * H});
+    Tensor proj = projected.defined() ? projected.reshape({C + V + 2 * H})
+                                      : scratch.get("gdn.proj", {1, C + V + 2 * H}).reshape({C + V + 2 * H});
     mixed = part(proj, 0, {1, C});
     z = part(proj, C, {H, dv});
     b = part(proj, C + V, {1, H});
     a = part(proj, C + V + H, {1, H});
-    ops::linear(x, w.in_all, proj.reshape({1, C + V + 2 * H}));
+    if (!projected.defined()) ops::linear(x, w.in_all, proj.reshape({1, C + V + 2 * H}));
     ops::causal_conv1d(mixed, w.conv, rows, state.conv, true, conv, device);
     const Tensor flat = conv.reshape({C});
     q = part(flat, 0, {1, Hk, dk});
@@ -43,9 +46,9 @@ void gated_deltanet_block(const Tensor& x, const GatedDeltaNetWeights& w, const 
     ops::gated_delta_rule_step(q, k, v, a, b, w.a_log, w.dt_bias, 1e-6f, 1.0f / std::sqrt(float(dk)), rows,
                                state.state, core, device);
     ops::gated_rms_norm(core.reshape({H, dv}), z, w.norm, s.norm_eps, core.reshape({H, dv}));
-    ops::linear(core.reshape({1, H * dv}), w.out, out);
-    return;
+    return core.reshape({1, H * dv});
   } else {
+    AUGUR_ASSERT(!projected.defined(), "gated_deltanet_mix: a projection made ahead needs one token and in_all");
     mixed = scratch.get("gdn.mixed", {T, C});
     z = scratch.get("gdn.z", {T * H, dv});
     b = scratch.get("gdn.b", {T, H});
@@ -91,9 +94,15 @@ void gated_deltanet_block(const Tensor& x, const GatedDeltaNetWeights& w, const 
   if (!long_rows.empty())
     ops::gated_delta_rule_chunked(q, k, v, g, beta, scale, kDeltaRuleChunk, long_rows, state.state, core, device);
 
-  // Gated RMSNorm per value head, then out_proj.
+  // Gated RMSNorm per value head (out_proj follows in the caller).
   ops::gated_rms_norm(core.reshape({T * H, dv}), z, w.norm, s.norm_eps, core.reshape({T * H, dv}));
-  ops::linear(core.reshape({T, H * dv}), w.out, out);
+  return core.reshape({T, H * dv});
+}
+
+void gated_deltanet_block(const Tensor& x, const GatedDeltaNetWeights& w, const GatedDeltaNetShape& s,
+                          std::span<const ops::RecurrentRow> rows, const ops::RecurrentLayer& state,
+                          const Tensor& out, Scratch& scratch, const ops::DeviceBatch* device) {
+  ops::linear(gated_deltanet_mix(x, w, s, rows, state, scratch, device), w.out, out);
 }
 
 }  // namespace augur

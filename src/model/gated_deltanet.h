@@ -57,5 +57,11 @@ constexpr int64_t kDeltaRuleChunk = 64;
 void gated_deltanet_block(const Tensor& x, const GatedDeltaNetWeights& w, const GatedDeltaNetShape& s,
                           std::span<const ops::RecurrentRow> rows, const ops::RecurrentLayer& state,
                           const Tensor& out, Scratch& scratch, const ops::DeviceBatch* device = nullptr);
+// The same up to out_proj: returns its input, the gated-normed core
+// [n_tokens, n_head*head_dim_v], in scratch. `projected`: for one token,
+// x · in_allᵀ already computed (block_tail's next projection), or undefined.
+Tensor gated_deltanet_mix(const Tensor& x, const GatedDeltaNetWeights& w, const GatedDeltaNetShape& s,
+                          std::span<const ops::RecurrentRow> rows, const ops::RecurrentLayer& state, Scratch& scratch,
+                          const ops::DeviceBatch* device = nullptr, const Tensor& projected = Tensor());
 
 }  // namespace augur

@@ -260,21 +260,34 @@ class HybridModel final : public Model {
     Tensor o = scratch.get("o", {T, d});  // output of a block
     ops::embedding(w_.embed, plan.tokens, x, &plan.device);
     ops::rms_norm(x, w_.layers[0].attn_norm, cfg_.rms_eps, h);
+    Tensor projected;  // the next layer's input projection, when the block tail made it
     for (int64_t i = 0; i < cfg_.n_layer; ++i) {
       const HybridLayer& l = w_.layers[size_t(i)];
+      const HybridLayer* next = i + 1 < cfg_.n_layer ? &w_.layers[size_t(i + 1)] : nullptr;
       const int64_t c = cache_index_[size_t(i)];
-      if (l.linear)
-        gated_deltanet_block(h, l.gdn, cfg_.gdn, rec, kv.recurrent_layer(c), o, scratch,
-                             plan.device.tokens.defined() ? &plan.device : nullptr);
-      else
-        attention_block(h, l.attn, shape_, inv_freq_, plan, kv.layer(c), o, scratch);
-      ops::add_rms_norm(x, o, l.mlp_norm, cfg_.rms_eps, h);  // x += o; h = norm(x)
-      if (l.moe)
+      const Tensor a = l.linear ? gated_deltanet_mix(h, l.gdn, cfg_.gdn, rec, kv.recurrent_layer(c), scratch,
+                                                     plan.device.tokens.defined() ? &plan.device : nullptr, projected)
+                                : attention_mix(h, l.attn, shape_, inv_freq_, plan, kv.layer(c), scratch, projected);
+      projected = Tensor();
+      const Tensor& w_out = l.linear ? l.gdn.out : l.attn.wo;
+      const Tensor b_out = l.linear ? Tensor() : l.attn.bo;
+      if (l.moe) {
+        ops::linear(a, w_out, o);
+        add_bias(o, b_out);
+        ops::add_rms_norm(x, o, l.mlp_norm, cfg_.rms_eps, h);  // x += o; h = norm(x)
         sparse_moe_block(h, l.experts, o, scratch);
-      else
-        swiglu_mlp(h, l.mlp, o, scratch);
-      if (i + 1 < cfg_.n_layer)
-        ops::add_rms_norm(x, o, w_.layers[size_t(i + 1)].attn_norm, cfg_.rms_eps, h);
+      } else {
+        // o = mlp(norm(x += out(a))), and at decode on CUDA the next layer's projection
+        // (gated_deltanet_mix takes a projection made ahead for one token only)
+        const Tensor next_w = next == nullptr ? Tensor()
+                              : next->linear ? (T == 1 ? next->gdn.in_all : Tensor())
+                                             : next->attn.wqkv;
+        projected = block_tail(a, w_out, b_out, x, l.mlp_norm, cfg_.rms_eps, l.mlp, h, o, scratch, next_w,
+                               next != nullptr ? next->attn_norm : Tensor());
+        if (projected.defined()) continue;  // x += o done there
+      }
+      if (next != nullptr)
+        ops::add_rms_norm(x, o, next->attn_norm, cfg_.rms_eps, h);
       else
         ops::add_inplace(x, o);  // output_logits norms the rows it needs
     }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "backend/device.h"
 #include "core/error.h"
@@ -166,9 +167,8 @@ void add_bias(const Tensor& y, const Tensor& bias) {
     for (int64_t n = 0; n < N; ++n) p[m * N + n] += b[n];
 }
 
-void attention_block(const Tensor& x, const AttentionWeights& w, const AttentionShape& s,
-                     const Tensor& inv_freq, const BatchPlan& plan,
-                     const ops::KvLayer& kv, const Tensor& out, Scratch& scratch) {
+Tensor attention_mix(const Tensor& x, const AttentionWeights& w, const AttentionShape& s, const Tensor& inv_freq,
+                     const BatchPlan& plan, const ops::KvLayer& kv, Scratch& scratch, const Tensor& projected) {
   const int64_t T = x.dim(0);
   Tensor q = scratch.get("attn.q", {T, s.n_head, s.head_dim});
   Tensor gate;  // [T, n_head * head_dim] with an output gate
@@ -177,11 +177,15 @@ void attention_block(const Tensor& x, const AttentionWeights& w, const Attention
     // Fused: one projection, then q/k norm, RoPE and the cache writes in one
     // pass (which also copies out the output gates of gated attention).
     const int64_t q_width = (w.output_gate ? 2 : 1) * s.n_head * s.head_dim;
-    Tensor qkv = scratch.get("attn.qkv", {T, q_width + 2 * s.n_head_kv * s.head_dim});
-    ops::linear(x, w.wqkv, qkv);
+    Tensor qkv = projected;
+    if (!qkv.defined()) {
+      qkv = scratch.get("attn.qkv", {T, q_width + 2 * s.n_head_kv * s.head_dim});
+      ops::linear(x, w.wqkv, qkv);
+    }
     if (w.output_gate) gate = scratch.get("attn.gate", {T, s.n_head * s.head_dim});
     ops::qkv_rope_store(qkv, w.q_norm, w.k_norm, s.norm_eps, batch, inv_freq, kv, q, gate);
   } else if (w.output_gate) {
+    AUGUR_ASSERT(!projected.defined(), "attention_mix: a projection made ahead needs wqkv");
     // q_proj(x).view(T, n_head, 2 * head_dim).chunk(2, -1): query, then gate
     Tensor qg = scratch.get("attn.qg", {T * s.n_head, 2 * s.head_dim});
     ops::linear(x, w.wq, qg.reshape({T, s.n_head * 2 * s.head_dim}));
@@ -190,6 +194,7 @@ void attention_block(const Tensor& x, const AttentionWeights& w, const Attention
     ops::slice_cols(qg, 0, q.reshape({T * s.n_head, s.head_dim}));
     ops::slice_cols(qg, s.head_dim, gate.reshape({T * s.n_head, s.head_dim}));
   } else {
+    AUGUR_ASSERT(!projected.defined(), "attention_mix: a projection made ahead needs wqkv");
     ops::linear(x, w.wq, q.reshape({T, s.n_head * s.head_dim}));
     add_bias(q, w.bq);
   }
@@ -211,11 +216,15 @@ void attention_block(const Tensor& x, const AttentionWeights& w, const Attention
   Tensor attn = scratch.get("attn.out", {T, s.n_head, s.head_dim});
   Tensor workspace = scratch.get("attn.workspace", {ops::attention_workspace(q, batch)});
   ops::paged_attention(q, kv, batch, s.scale, s.window, attn, workspace);
-  if (w.output_gate) {
-    Tensor flat = attn.reshape({T, s.n_head * s.head_dim});
-    ops::sigmoid_mul(flat, gate, flat);
-  }
-  ops::linear(attn.reshape({T, s.n_head * s.head_dim}), w.wo, out);
+  Tensor flat = attn.reshape({T, s.n_head * s.head_dim});
+  if (w.output_gate) ops::sigmoid_mul(flat, gate, flat);
+  return flat;
+}
+
+void attention_block(const Tensor& x, const AttentionWeights& w, const AttentionShape& s,
+                     const Tensor& inv_freq, const BatchPlan& plan,
+                     const ops::KvLayer& kv, const Tensor& out, Scratch& scratch) {
+  ops::linear(attention_mix(x, w, s, inv_freq, plan, kv, scratch), w.wo, out);
   add_bias(out, w.bo);
 }
 
@@ -238,6 +247,26 @@ void swiglu_mlp(const Tensor& x, const MlpWeights& w, const Tensor& out, Scratch
   ops::swiglu(gate, up, gate);
   ops::linear(gate, w.down, out);
   add_bias(out, w.b_down);
+}
+
+Tensor block_tail(const Tensor& a, const Tensor& w_out, const Tensor& b_out, const Tensor& x, const Tensor& norm,
+                  float eps, const MlpWeights& mlp, const Tensor& h, const Tensor& out, Scratch& scratch,
+                  const Tensor& next_w, const Tensor& next_norm) {
+  if (!b_out.defined() && mlp.gate_up.defined() && ops::decode_tail_fits(a, w_out, mlp.gate_up, mlp.down)) {
+    const int64_t T = a.dim(0), d_ff = mlp.down.dim(1);
+    const bool next = next_w.defined() && ops::decode_tail_fits(a, w_out, mlp.gate_up, mlp.down, next_w);
+    Tensor y;
+    if (next) y = scratch.get("tail.next" + std::to_string(next_w.dim(0)), {T, next_w.dim(0)});
+    ops::decode_tail(a, w_out, x, norm, eps, mlp.gate_up, mlp.down, scratch.get("tail.o", {T, x.dim(1)}),
+                     scratch.get("mlp.act", {T, d_ff}), out, next ? next_w : Tensor(),
+                     next ? next_norm : Tensor(), y);
+    return y;
+  }
+  ops::linear(a, w_out, out);
+  add_bias(out, b_out);
+  ops::add_rms_norm(x, out, norm, eps, h);  // x += out; h = norm(x)
+  swiglu_mlp(h, mlp, out, scratch);
+  return Tensor();
 }
 
 void output_logits(const Tensor& x, const Tensor& norm, float eps, const Tensor& head,

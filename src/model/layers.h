@@ -133,6 +133,14 @@ struct AttentionShape {
 void attention_block(const Tensor& x, const AttentionWeights& w, const AttentionShape& shape,
                      const Tensor& inv_freq, const BatchPlan& plan,
                      const ops::KvLayer& kv, const Tensor& out, Scratch& scratch);
+// The same up to the output projection: returns its input, the attention
+// output (gated where the layer has an output gate), [n_tokens, n_head*head_dim]
+// in scratch.
+// `projected`: x · wqkvᵀ already computed (block_tail's next projection), or
+// undefined.
+Tensor attention_mix(const Tensor& x, const AttentionWeights& w, const AttentionShape& shape, const Tensor& inv_freq,
+                     const BatchPlan& plan, const ops::KvLayer& kv, Scratch& scratch,
+                     const Tensor& projected = Tensor());
 
 struct MlpWeights {
   Tensor gate, up;  // [d_ff, d_model]
@@ -143,6 +151,18 @@ struct MlpWeights {
 
 // LlamaMLP.forward: down(silu(gate(x)) * up(x)). x, out: [n_tokens, d_model]
 void swiglu_mlp(const Tensor& x, const MlpWeights& w, const Tensor& out, Scratch& scratch);
+
+// The rest of a pre-norm block after its mixer (attention or DeltaNet) up to
+// the output projection: x += a · w_outᵀ (+ b_out); h = rms_norm(x) * norm;
+// out = swiglu_mlp(h). At decode on CUDA one persistent kernel
+// (ops::decode_tail; h is then not written). Given the next block's input
+// projection next_w ([N, d_model]) and norm gain, that kernel also does
+// x += out and returns (rms_norm(x) * next_norm) · next_wᵀ ([n_tokens, N],
+// scratch); otherwise (undefined result) the caller adds out and norms.
+// a: [n_tokens, K]; w_out: [d_model, K]; x, h, out: [n_tokens, d_model]
+Tensor block_tail(const Tensor& a, const Tensor& w_out, const Tensor& b_out, const Tensor& x, const Tensor& norm,
+                  float eps, const MlpWeights& mlp, const Tensor& h, const Tensor& out, Scratch& scratch,
+                  const Tensor& next_w = Tensor(), const Tensor& next_norm = Tensor());
 
 // Final norm and LM head on the tokens whose logits were asked for.
 // x: [n_tokens, d_model]; head: [n_vocab, d_model]; logits: [n_out, n_vocab]

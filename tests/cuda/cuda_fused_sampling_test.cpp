@@ -397,6 +397,92 @@ TEST_F(CudaF16, QkvRopeStoreWritesF16) {
     }
 }
 
+// decode_tail (one persistent kernel) against the ops it replaces: matmul_half
+// at M <= 2 (the skinny kernel, here without split-K), add_rms_norm, the
+// gate/up matmul, swiglu and the down matmul, then optionally add_rms_norm
+// with the next gain and the next projection. A 4-row tile computed by one
+// warp repeats their arithmetic exactly; tiles cut between warps add their
+// parts in another order, so results agree to float noise. Every ring depth,
+// and each case run again, so the grid barriers' and tiles' counters must
+// have been left at zero. Shapes: the fixtures' (64/128), K not a multiple of
+// 256 (augur-tiny's 384), more tiles than warps, Qwen3-8B's and Qwen3.5-27B's.
+TEST_F(CudaF16, DecodeTailEqualsUnfusedOps) {
+  std::mt19937 rng(60);
+  struct Case {
+    int64_t M, Ka, D, F, N;
+    Half wo, gu, dn, nx;
+  };
+  const Half f16 = Half::F16, bf16 = Half::BF16;
+  for (const Case& c : {Case{1, 64, 64, 128, 128, f16, f16, f16, f16}, Case{2, 384, 384, 1024, 0, bf16, f16, bf16, f16},
+                        Case{2, 384, 384, 1024, 1152, f16, bf16, f16, bf16},
+                        Case{1, 520, 1032, 2056, 1032, f16, bf16, f16, f16}, Case{2, 1024, 1024, 8192, 0, f16, f16, f16, f16},
+                        Case{1, 4096, 4096, 12288, 6144, f16, f16, f16, f16},
+                        Case{1, 6144, 5120, 17408, 16480, bf16, bf16, bf16, bf16}}) {
+    SCOPED_TRACE(testing::Message() << "M=" << c.M << " Ka=" << c.Ka << " D=" << c.D << " F=" << c.F << " N=" << c.N);
+    ASSERT_TRUE(decode_tail_fits(c.M, c.Ka, c.D, c.F, c.N));
+    auto weights = [&](int64_t n, Half t) {
+      std::vector<uint16_t> w(static_cast<size_t>(n));
+      std::uniform_real_distribution<float> u(-0.05f, 0.05f);
+      for (auto& v : w) v = t == Half::F16 ? f32_to_f16(u(rng)) : f32_to_bf16(u(rng));
+      return w;
+    };
+    const std::vector<float> a = uniform_floats(size_t(c.M * c.Ka), rng, -2.f, 2.f);
+    const std::vector<float> x = uniform_floats(size_t(c.M * c.D), rng, -2.f, 2.f);
+    const std::vector<float> g = uniform_floats(size_t(c.D), rng, 0.5f, 1.5f);
+    const std::vector<float> g2 = uniform_floats(size_t(c.D), rng, 0.5f, 1.5f);
+    Buf<uint16_t> wo(weights(c.D * c.Ka, c.wo)), gu(weights(2 * c.F * c.D, c.gu)), dn(weights(c.D * c.F, c.dn));
+    Buf<uint16_t> wn(weights(std::max<int64_t>(c.N, 1) * c.D, c.nx));
+    Buf<float> da(a), dg(g), dg2(g2), dx(x), o(size_t(c.M * c.D)), h(size_t(c.M * c.D)), gate_up(size_t(c.M * 2 * c.F));
+    Buf<float> act(size_t(c.M * c.F)), out(size_t(c.M * c.D)), y(size_t(c.M * std::max<int64_t>(c.N, 1)));
+    const float eps = 1e-6f;
+    // The unfused ops.
+    detail::skinny_matmul(da.get(), c.M, c.Ka, c.Ka, wo.get(), c.D, o.get(), c.D, stream(), 1, c.wo);
+    add_rms_norm(dx.get(), o.get(), dg.get(), eps, c.M, c.D, h.get(), stream());
+    detail::skinny_matmul(h.get(), c.M, c.D, c.D, gu.get(), 2 * c.F, gate_up.get(), 2 * c.F, stream(), 1, c.gu);
+    swiglu_packed(gate_up.get(), c.M, c.F, act.get(), stream());
+    detail::skinny_matmul(act.get(), c.M, c.F, c.F, dn.get(), c.D, out.get(), c.D, stream(), 1, c.dn);
+    const std::vector<float> want_out = out.download();
+    if (c.N > 0) {
+      add_rms_norm(dx.get(), out.get(), dg2.get(), eps, c.M, c.D, h.get(), stream());
+      detail::skinny_matmul(h.get(), c.M, c.D, c.D, wn.get(), c.N, y.get(), c.N, stream(), 1, c.nx);
+    }
+    const std::vector<float> want_x = dx.download(), want_y = c.N > 0 ? y.download() : std::vector<float>();
+    auto compare = [&](const std::vector<float>& got, const std::vector<float>& want, const char* what, int run) {
+      float scale = 0.f;
+      for (float v : want) scale = std::max(scale, std::fabs(v));
+      size_t exact = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_NEAR(got[i], want[i], 2e-6f * scale + 1e-7f) << what << "[" << i << "], run " << run;
+        if (std::fabs(got[i] - want[i]) > 2e-6f * scale + 1e-7f) return;
+        exact += got[i] == want[i];
+      }
+      if (run == 0) std::printf("  decode_tail M=%lld D=%lld F=%lld N=%lld %s: %zu of %zu bit-equal\n",
+                                (long long)c.M, (long long)c.D, (long long)c.F, (long long)c.N, what, exact, want.size());
+    };
+    for (int run = 0; run < 4; ++run) {
+      detail::decode_tail_depth() = std::min(6 + 2 * run, 10);  // every ring depth, the last twice
+      dx.upload(x);
+      o.poison(), act.poison(), out.poison(), y.poison();
+      DecodeTail t;
+      t.a = da.get(), t.M = c.M, t.Ka = c.Ka, t.D = c.D, t.F = c.F;
+      t.w_out = wo.get(), t.w_out_t = c.wo, t.x = dx.get(), t.g = dg.get(), t.eps = eps;
+      t.gate_up = gu.get(), t.gate_up_t = c.gu, t.down = dn.get(), t.down_t = c.dn;
+      t.o = o.get(), t.act = act.get(), t.out = out.get();
+      if (c.N > 0) t.n_next = c.N, t.w_next = wn.get(), t.w_next_t = c.nx, t.g_next = dg2.get(), t.y_next = y.get();
+      decode_tail(t, stream());
+      compare(dx.download(), want_x, "x", run);
+      compare(out.download(), want_out, "out", run);
+      if (c.N > 0) compare(y.download(), want_y, "y_next", run);
+      if (HasFailure()) break;
+    }
+    detail::decode_tail_depth() = 0;
+  }
+  EXPECT_FALSE(decode_tail_fits(3, 256, 256, 256));  // batches past 2 rows stay unfused
+  EXPECT_FALSE(decode_tail_fits(1, 100, 256, 256));  // rows not in 16-byte runs
+  EXPECT_FALSE(decode_tail_fits(1, 256, 256, 1 << 20));  // the staged input exceeds shared memory
+  EXPECT_FALSE(decode_tail_fits(1, 256, 256, 256, 6));   // the next projection in whole 4-row tiles
+}
+
 // ---- sampling -----------------------------------------------------------------------
 
 std::vector<int32_t> gpu_sample(const std::vector<float>& logits, int64_t V, const std::vector<ops::SampleRow>& rows) {

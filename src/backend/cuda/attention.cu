@@ -124,7 +124,6 @@ constexpr size_t decode_smem_bytes() {
   return q + p + std::max({kv, red, merge});
 }
 
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // The end of a flash-decoding block, once its warps' results are in smem:
 // red_acc [kWarps][GP][D] (unnormalised sums), red_ml [kWarps][GP][2] (m, l;

@@ -96,6 +96,9 @@ struct Context {
   DeviceBuffer splitk_partials;     // kSplitKPartialBytes: skinny-GEMM split-K partial sums
   DeviceBuffer splitk_counters;     // kSplitKCounters int32, zero between launches
   DeviceBuffer attn_counters;       // kAttnCounters int32: flash-decoding split counters, zero between launches
+  DeviceBuffer tail_barrier;        // 4 uint32: decode_tail's grid barriers, zero between launches
+  DeviceBuffer tail_counters;       // kTailCounters int32: decode_tail's split-tile arrivals, zero between launches
+  DeviceBuffer tail_partials;       // decode_tail's partial sums: 2 slots x 8 floats a warp (8 warps an SM)
   DeviceBuffer x_bf16;              // grows: bf16 copy of x for cuBLASLt
 
   std::mutex lt_mutex;              // guards lt_algos
@@ -105,6 +108,7 @@ struct Context {
   static constexpr size_t kSplitKPartialBytes = size_t(8) << 20;
   static constexpr int kSplitKCounters = 8192;
   static constexpr int kAttnCounters = 8192;
+  static constexpr int kTailCounters = 65536;
 };
 
 // ---- programmatic dependent launch (Hopper) ---------------------------------
@@ -214,6 +218,8 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
   const float2 c = half2_to_float2<F16>(v.z), d = half2_to_float2<F16>(v.w);
   f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y, f[4] = c.x, f[5] = c.y, f[6] = d.x, f[7] = d.y;
 }
+
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // 16-byte load of data read once (weights, KV): skip L1.
 __device__ __forceinline__ uint4 ld_stream16(const void* p) {

@@ -33,17 +33,13 @@ int& skinny_variant();
 // The split-K factor skinny_matmul picks (0 if it takes the generic kernel).
 int skinny_splits(int64_t M, int64_t K, int64_t N);
 
-// Tensor-core skinny GEMM (gemv_tc.cu) for M <= kTcSkinnyMaxM on x already in
-// the weights' type (xh: [M, K], row stride ldx halves). With
-// AUGUR_CUDA_TC_SKINNY=1, matmul_half sends 3 <= M <= kTcSkinnyMaxM here
-// instead of to cuBLASLt (same rounding of x, f32 accumulation).
-constexpr int64_t kTcSkinnyMaxM = 32;
-bool tc_skinny_enabled();
-bool tc_skinny_fits(int64_t M, int64_t K, int64_t ldx, const void* xh, const void* w, int64_t N);
-// splits = 0 picks the split-K factor (tc_skinny_splits says which).
-void tc_skinny_matmul(const half_bits* xh, int64_t M, int64_t K, int64_t ldx, const half_bits* w, int64_t N,
-                      float* y, int64_t ldy, Stream s, Half wt = Half::BF16, int splits = 0);
-int tc_skinny_splits(int64_t M, int64_t K, int64_t N);
+// The block size of add_rms_norm_kernel for rows of D (decode_tail.cu repeats
+// its reduction order).
+int add_rms_norm_threads(int64_t D);
+
+// decode_tail's ring depth (slots a warp: 6, 8 or 10) for the benchmark's
+// sweeps; 0 (default): AUGUR_CUDA_TAIL_DEPTH or 6.
+int& decode_tail_depth();
 
 // cuBLASLt on x already in bf16 (xb: [M, K] contiguous). algo < 0: the best
 // heuristic result (cached per shape); otherwise the algo-th heuristic result.

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/detail.h"
 
 namespace augur::cuda {
 namespace {
@@ -389,10 +390,14 @@ void store_kv(const float* k, const float* v, int64_t kv_dim, const AttnMeta& me
          meta.slot_mapping, k_cache, v_cache, vec);
 }
 
+namespace detail {
+int add_rms_norm_threads(int64_t D) { return D >= 4096 ? 1024 : D >= 1024 ? 512 : kThreads; }
+}  // namespace detail
+
 void add_rms_norm(float* x, const float* o, const float* w, float eps, int64_t M, int64_t D, float* h, Stream s) {
   if (M <= 0) return;
   const bool vec = D % 4 == 0 && aligned16(x) && aligned16(o) && aligned16(w) && aligned16(h);
-  const int threads = D >= 4096 ? 1024 : D >= 1024 ? 512 : kThreads;
+  const int threads = detail::add_rms_norm_threads(D);
   launch("add_rms_norm_kernel", add_rms_norm_kernel, dim3(blocks_for(M, 1)), dim3(threads), 0, s, x, o, w, eps, D, h,
          vec);
 }

@@ -83,12 +83,6 @@ void make_problem(LtProblem& p, int64_t M, int64_t K, int64_t N, int64_t ldy, in
                                                     sizeof(ac)));
 }
 
-// Small batches on the tensor-core skinny GEMM instead of cuBLASLt, when
-// AUGUR_CUDA_TC_SKINNY=1 (not yet measured in the engine).
-bool use_tc_skinny(int64_t M, int64_t K, int64_t ldx, const void* xh, const void* w, int64_t N) {
-  return M > detail::kSkinnyDispatchM && detail::tc_skinny_enabled() && detail::tc_skinny_fits(M, K, ldx, xh, w, N);
-}
-
 }  // namespace
 
 namespace detail {
@@ -159,7 +153,6 @@ void matmul_bf16_xb(const bf16_bits* xb, int64_t M, int64_t K, const bf16_bits* 
                     int64_t ldy, Stream s) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0 || ldy < N) fail("[cuda] matmul: bad shape M=", M, " K=", K, " N=", N, " ldy=", ldy);
-  if (use_tc_skinny(M, K, K, xb, w, N)) return detail::tc_skinny_matmul(xb, M, K, K, w, N, y, ldy, s);
   if (!detail::lt_matmul(xb, M, K, w, N, y, ldy, s))
     fail("[cuda] matmul: cuBLASLt has no algorithm for bf16 M=", M, " K=", K, " N=", N);
 }
@@ -186,7 +179,6 @@ void matmul_half(const float* x, int64_t M, int64_t K, int64_t ldx, const half_b
   if (M <= 65535) {
     auto* xh = static_cast<half_bits*>(c.bf16_scratch(size_t(M * K) * 2, s));
     to_half(x, M, K, ldx, wt, xh, s);
-    if (use_tc_skinny(M, K, K, xh, w, N)) return detail::tc_skinny_matmul(xh, M, K, K, w, N, y, ldy, s, wt);
     if (detail::lt_matmul(xh, M, K, w, N, y, ldy, s, -1, wt)) return;
   }
   detail::generic_matmul(x, M, K, ldx, w, N, y, ldy, s, wt);

@@ -71,6 +71,43 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, Stream s)
 // h = x * rsqrt(mean(x^2) + eps) * w per row. x, o, h: [M, D] (h distinct); w: [D] f32
 void add_rms_norm(float* x, const float* o, const float* w, float eps, int64_t M, int64_t D, float* h, Stream s);
 
+// The end of a decoder block at decode, in one persistent kernel (decode_tail.cu):
+//   x += a · w_outᵀ;  h = rms_norm(x) * g;  out = down · (silu(gate · h) * (up · h))
+// and optionally the next block's input projection:
+//   x += out;  y_next = w_next · (rms_norm(x) * g_next)
+// The same arithmetic as matmul_half (M <= 2) + add_rms_norm + swiglu_matmul
+// (+ add_rms_norm + matmul_half); where a 4-row tile is cut between warps, its
+// parts add in another order.
+struct DecodeTail {
+  const float* a = nullptr;  // [M, Ka]
+  int64_t M = 0, Ka = 0, D = 0, F = 0;
+  const half_bits* w_out = nullptr;  // [D, Ka]
+  Half w_out_t = Half::BF16;
+  float* x = nullptr;        // [M, D] residual, updated in place
+  const float* g = nullptr;  // [D] f32
+  float eps = 0;
+  const half_bits* gate_up = nullptr;  // [2F, D]: gate rows, then up rows
+  Half gate_up_t = Half::BF16;
+  const half_bits* down = nullptr;  // [D, F]
+  Half down_t = Half::BF16;
+  float* o = nullptr;    // [M, D] scratch
+  float* act = nullptr;  // [M, F] scratch
+  float* out = nullptr;  // [M, D]
+  // The next projection (n_next = 0: none; then x is left at x + a · w_outᵀ).
+  int64_t n_next = 0;
+  const half_bits* w_next = nullptr;  // [n_next, D]
+  Half w_next_t = Half::BF16;
+  const float* g_next = nullptr;  // [D] f32
+  float* y_next = nullptr;        // [M, n_next]
+};
+// Whether the shapes fit (M <= 2; Ka, D, F multiples of 8, n_next of 4; the
+// staged input in shared memory).
+bool decode_tail_fits(int64_t M, int64_t Ka, int64_t D, int64_t F, int64_t n_next = 0);
+// Whether the engine uses it: AUGUR_CUDA_DECODE_TAIL=1 (off by default: slower
+// inside the decode step so far), AUGUR_CUDA_TAIL_NEXT=0 without the next projection.
+bool decode_tail_enabled(bool with_next);
+void decode_tail(const DecodeTail& t, Stream s);
+
 // SwiGLU on a fused gate/up projection: out[m, i] = silu(gu[m, i]) * gu[m, D + i].
 // gate_up: [M, 2 * D] f32; out: [M, D] f32
 void swiglu_packed(const float* gate_up, int64_t M, int64_t D, float* out, Stream s);

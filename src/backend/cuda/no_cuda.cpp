@@ -55,6 +55,9 @@ void qkv_rope_store(const float*, int64_t, int64_t, int64_t, const float*, const
 void apply_penalties(float*, int64_t, const PenaltyEntry*, int64_t, Stream) { no_cuda("apply_penalties"); }
 void sample(const float*, int64_t, int64_t, const SampleRow*, int32_t*, Stream) { no_cuda("sample"); }
 void slice_cols(const float*, int64_t, int64_t, int64_t, int64_t, float*, Stream) { no_cuda("slice_cols"); }
+bool decode_tail_fits(int64_t, int64_t, int64_t, int64_t, int64_t) { return false; }
+bool decode_tail_enabled(bool) { return false; }
+void decode_tail(const DecodeTail&, Stream) { no_cuda("decode_tail"); }
 void swiglu_matmul(const float*, int64_t, int64_t, const half_bits*, Half, int64_t, float*, float*, Stream) {
   no_cuda("swiglu_matmul");
 }
