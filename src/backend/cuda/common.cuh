@@ -235,6 +235,17 @@ __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
+// Element (r, m) of a warp-uniform R x MR tile, on lane r * MR + m (0 on lanes past R * MR).
+template <int R, int MR>
+__device__ __forceinline__ float lane_element(const float (&acc)[R][MR], int lane) {
+  float mine = 0.f;
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int m = 0; m < MR; ++m)
+      if (lane == r * MR + m) mine = acc[r][m];
+  return mine;
+}
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));

@@ -234,12 +234,7 @@ __device__ void finish_part(const TailArgs& p, int s, int t, float (&acc)[kR][MR
   constexpr int kE = kR * MR;
   const int P = stage_passes(p, s);
   auto slot_of = [&](int w) { return 2 * w + (int64_t(t) == range_begin(p, s, w, n_warps) / P ? 0 : 1); };
-  float mine = 0.f;
-#pragma unroll
-  for (int r = 0; r < kR; ++r)
-#pragma unroll
-    for (int m = 0; m < MR; ++m)
-      if (lane == r * MR + m) mine = acc[r][m];
+  const float mine = lane_element(acc, lane);
   if (lane < kE) {
     p.partials[slot_of(gw) * kE + lane] = mine;
     __threadfence();

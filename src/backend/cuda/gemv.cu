@@ -121,12 +121,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int m = 0; m < MR; ++m) acc[r][m] = warp_sum(acc[r][m]);
 
   // Lane r * MR + m owns output (r, m).
-  float mine = 0.f;
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int m = 0; m < MR; ++m)
-      if (lane == r * MR + m) mine = acc[r][m];
+  const float mine = lane_element(acc, lane);
   const int r_l = lane / MR, m_l = lane % MR;
   const bool owner = lane < R * MR && m_l < M && n0 + r_l < N;
   if (S == 1) {
