@@ -17,9 +17,11 @@
 // f32 expression, the same shuffle reduction), the norm repeats
 // add_rms_norm_kernel's partial sums and reduction tree, SwiGLU is silu_mul.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <set>
+#include <vector>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/detail.h"
@@ -58,7 +60,19 @@ struct TailArgs {
   int k_max;  // row stride of the staged input in smem
   float eps;
   int norm_threads;  // add_rms_norm_kernel's block size (its reduction order)
+  // AUGUR_CUDA_TAIL_TRACE: kTraceStamps %globaltimer stamps a block a launch,
+  // launch i in slot i % kTraceLaunches (see trace_report).
+  unsigned long long* trace;
+  unsigned* trace_launch;
 };
+
+constexpr int kTraceStamps = 10;  // entry, PDL wait done, 3 x (barrier arrive, leave), end
+constexpr int kTraceLaunches = 2048;
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 
 // Stage s is tiles x passes units (a unit: one 256-wide pass of a 4-row
 // tile). Warp w takes tiles w, w + warps, ... whole (the grid sweeps each
@@ -140,14 +154,17 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
 }
 // All blocks of the grid (all resident: one per SM) reach this point; writes
 // before it are visible after it (the cooperative-groups grid sync pattern).
-__device__ __forceinline__ void grid_barrier(unsigned* counter) {
+// stamps (tracing only): this block's arrival and departure times.
+__device__ __forceinline__ void grid_barrier(unsigned* counter, unsigned long long* stamps = nullptr) {
   __syncthreads();
   if (threadIdx.x == 0) {
+    if (stamps != nullptr) stamps[0] = global_ns();
     __threadfence();
     atomicAdd(counter, 1u);
     while (ld_acquire(counter) < gridDim.x) {
     }
     __threadfence();
+    if (stamps != nullptr) stamps[1] = global_ns();
   }
   __syncthreads();
 }
@@ -321,10 +338,19 @@ __device__ void run_stage_any(const TailArgs& p, int s, const float* xs, char* r
     run_stage<MR, kDepth, false>(p, s, xs, ring, slot, ahead, gw, n_warps, lane);
 }
 
-template <int MR, int kDepth>
+template <int MR, int kDepth, bool TRACE>
 __global__ void __launch_bounds__(kThreads, 1) decode_tail_kernel(TailArgs p) {
   extern __shared__ __align__(16) char smem[];
   __shared__ float red[32];
+  unsigned long long* stamp = nullptr;  // this block's stamps of this launch (thread 0)
+  if constexpr (TRACE) {
+    if (threadIdx.x == 0) {
+      const unsigned launch = *reinterpret_cast<volatile unsigned*>(p.trace_launch);
+      stamp = p.trace + (size_t(launch % kTraceLaunches) * gridDim.x + blockIdx.x) * kTraceStamps;
+      for (int k = 1; k < kTraceStamps; ++k) stamp[k] = 0;  // (a slot's earlier launch may have had stage 3)
+      stamp[0] = global_ns();
+    }
+  }
   float* xs = reinterpret_cast<float*>(smem + ring_bytes(kDepth));  // [M, k_max] the stage's input
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int n_warps = int(gridDim.x) * kWarps;
@@ -340,28 +366,33 @@ __global__ void __launch_bounds__(kThreads, 1) decode_tail_kernel(TailArgs p) {
 
   pdl_wait();
   pdl_launch_dependents();
+  if (TRACE && stamp != nullptr) stamp[1] = global_ns();
   stage_input(p, p.a, p.K[0], xs);
   __syncthreads();
   run_stage_any<MR, kDepth>(p, 0, xs, ring, slot, ahead, gw, n_warps, lane);
 
-  grid_barrier(&p.bar[0]);  // o complete
+  grid_barrier(&p.bar[0], TRACE && stamp != nullptr ? stamp + 2 : nullptr);  // o complete
   norm_rows(p, p.x, p.o, p.g, xs, red);
   run_stage_any<MR, kDepth>(p, 1, xs, ring, slot, ahead, gw, n_warps, lane);
 
-  grid_barrier(&p.bar[1]);                                  // act complete; every block has read x
-  if (blockIdx.x == 0) residual_add(p, p.o);                // x' = x + o
-  if (!next && threadIdx.x == 0) atomicAdd(&p.bar[3], 1u);  // past the last barrier
+  grid_barrier(&p.bar[1], TRACE && stamp != nullptr ? stamp + 4 : nullptr);  // act complete; every block has read x
+  if (blockIdx.x == 0) residual_add(p, p.o);                                 // x' = x + o
+  if (!next && threadIdx.x == 0) atomicAdd(&p.bar[3], 1u);                   // past the last barrier
   stage_input(p, p.act, p.F, xs);
   __syncthreads();
   run_stage_any<MR, kDepth>(p, 2, xs, ring, slot, ahead, gw, n_warps, lane);
 
   if (next) {
-    grid_barrier(&p.bar[2]);  // out complete; x' written
+    grid_barrier(&p.bar[2], TRACE && stamp != nullptr ? stamp + 6 : nullptr);  // out complete; x' written
     norm_rows(p, p.x, p.out, p.g_next, xs, red);
     if (threadIdx.x == 0) atomicAdd(&p.bar[3], 1u);  // past the last barrier, done reading x'
     run_stage_any<MR, kDepth>(p, 3, xs, ring, slot, ahead, gw, n_warps, lane);
   }
   cp_async_wait<0>();
+  if constexpr (TRACE) {
+    __syncthreads();
+    if (stamp != nullptr) stamp[8] = global_ns();
+  }
   if (blockIdx.x == 0) {
     // Once every block is past the last barrier (and, with stage 3, done
     // reading x'), no block reads x or the counters again this launch.
@@ -371,6 +402,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_tail_kernel(TailArgs p) {
     __syncthreads();
     if (next) residual_add(p, p.out);  // x'' = x' + out
     if (threadIdx.x == 0) p.bar[0] = 0, p.bar[1] = 0, p.bar[2] = 0, p.bar[3] = 0;
+    if (TRACE && threadIdx.x == 0) atomicAdd(p.trace_launch, 1u);  // every block read it at entry
   }
 }
 
@@ -388,16 +420,86 @@ int max_smem() {
 }
 
 using TailKernel = void (*)(TailArgs);
-template <int MR>
+template <int MR, bool TRACE>
 TailKernel tail_kernel(int depth) {
   switch (depth) {
     case 8:
-      return decode_tail_kernel<MR, 8>;
+      return decode_tail_kernel<MR, 8, TRACE>;
     case 10:
-      return decode_tail_kernel<MR, 10>;
+      return decode_tail_kernel<MR, 10, TRACE>;
     default:
-      return decode_tail_kernel<MR, 6>;
+      return decode_tail_kernel<MR, 6, TRACE>;
   }
+}
+
+// AUGUR_CUDA_TAIL_TRACE=1: every launch stamps %globaltimer at each block's
+// entry, PDL release, barrier arrivals and departures and end; at exit the
+// means over the last launches (all shapes together) go to stderr. For
+// finding where the kernel loses time inside the decode step.
+struct Trace {
+  DeviceBuffer stamps, launches;
+  int blocks = 0;
+};
+void trace_report();
+Trace* trace_buffers() {
+  static Trace* t = [] {
+    const char* e = std::getenv("AUGUR_CUDA_TAIL_TRACE");
+    if (e == nullptr || std::atoi(e) == 0) return static_cast<Trace*>(nullptr);
+    auto* r = new Trace;  // lives to the end of the process, for trace_report
+    r->blocks = context().sm_count;
+    r->stamps = DeviceBuffer(size_t(kTraceLaunches) * r->blocks * kTraceStamps * sizeof(unsigned long long));
+    r->launches = DeviceBuffer(sizeof(unsigned));
+    AUGUR_CUDA(cudaMemset(r->stamps.get(), 0, r->stamps.bytes()));
+    AUGUR_CUDA(cudaMemset(r->launches.get(), 0, sizeof(unsigned)));
+    std::atexit(trace_report);
+    return r;
+  }();
+  return t;
+}
+
+void trace_report() {
+  Trace* t = trace_buffers();
+  if (t == nullptr || cudaDeviceSynchronize() != cudaSuccess) return;
+  unsigned launches = 0;
+  std::vector<unsigned long long> st(t->stamps.bytes() / sizeof(unsigned long long));
+  if (cudaMemcpy(&launches, t->launches.get(), sizeof launches, cudaMemcpyDeviceToHost) != cudaSuccess ||
+      cudaMemcpy(st.data(), t->stamps.get(), t->stamps.bytes(), cudaMemcpyDeviceToHost) != cudaSuccess)
+    return;
+  const int n = int(std::min<unsigned>(launches, kTraceLaunches)), B = t->blocks;
+  // Per launch, relative to the PDL release of the first block (us): the
+  // first entry, the last release, each barrier's first and last arrival and
+  // last departure, the last end. Means over the launches.
+  double sum[12] = {};
+  int counted = 0, with_third = 0;
+  for (int l = 0; l < n; ++l) {
+    const unsigned long long* s = st.data() + size_t(l) * B * kTraceStamps;
+    auto lo = [&](int k) {
+      unsigned long long v = ~0ull;
+      for (int b = 0; b < B; ++b) v = std::min(v, s[b * kTraceStamps + k]);
+      return v;
+    };
+    auto hi = [&](int k) {
+      unsigned long long v = 0;
+      for (int b = 0; b < B; ++b) v = std::max(v, s[b * kTraceStamps + k]);
+      return v;
+    };
+    const unsigned long long t0 = lo(1);
+    if (t0 == 0) continue;  // a block's stamps missing (not traced)
+    auto us = [&](unsigned long long v) { return v == 0 ? 0.0 : (double(v) - double(t0)) / 1e3; };
+    const double row[12] = {us(lo(0)), us(hi(1)), us(lo(2)), us(hi(2)), us(hi(3)), us(lo(4)),
+                            us(hi(4)), us(hi(5)), us(lo(6)), us(hi(6)), us(hi(7)), us(hi(8))};
+    for (int k = 0; k < 12; ++k) sum[k] += row[k];
+    with_third += hi(6) != 0;
+    ++counted;
+  }
+  if (counted == 0) return;
+  for (double& v : sum) v /= counted;
+  std::fprintf(stderr,
+               "[cuda] decode_tail trace, mean of %d launches (%d with the next projection), us from the first PDL "
+               "release: first entry %.1f, last release %.1f | barrier 0 arrivals %.1f-%.1f, out %.1f | barrier 1 "
+               "arrivals %.1f-%.1f, out %.1f | barrier 2 arrivals %.1f-%.1f, out %.1f | last end %.1f\n",
+               counted, with_third, sum[0], sum[1], sum[2], sum[3], sum[4], sum[5], sum[6], sum[7], sum[8], sum[9],
+               sum[10], sum[11]);
 }
 
 // The ring depth: detail::decode_tail_depth() (benchmark sweeps), else
@@ -489,7 +591,11 @@ void decode_tail(const DecodeTail& t, Stream s) {
     fail("[cuda] decode_tail: partial-sum scratch too small for ", c.sm_count, " SMs");
   const int depth = tail_depth(t.M, p.k_max);
   const size_t smem = smem_bytes(depth, t.M, p.k_max);
-  auto kernel = t.M == 1 ? tail_kernel<1>(depth) : tail_kernel<2>(depth);
+  Trace* trace = trace_buffers();
+  p.trace = trace != nullptr ? static_cast<unsigned long long*>(trace->stamps.get()) : nullptr;
+  p.trace_launch = trace != nullptr ? static_cast<unsigned*>(trace->launches.get()) : nullptr;
+  auto kernel = trace != nullptr ? (t.M == 1 ? tail_kernel<1, true>(depth) : tail_kernel<2, true>(depth))
+                                 : (t.M == 1 ? tail_kernel<1, false>(depth) : tail_kernel<2, false>(depth));
   static std::mutex mu;
   static std::set<TailKernel> configured;
   {
