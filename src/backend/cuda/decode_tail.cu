@@ -1,21 +1,26 @@
 // The end of a decoder block at decode (M <= 2 tokens) in one persistent
-// kernel, so that the weight stream never stops between its three matrices:
+// kernel, so that the weight stream never stops between its matrices:
 //
 //   x += a · w_outᵀ;  h = rms_norm(x) * g;  out = down · (silu(gate · h) * (up · h))
+//   optionally:  x += out;  y_next = w_next · (rms_norm(x) * g_next)
 //
 // Separate kernels drain DRAM at every boundary (each boundary of the batch-1
 // step cost ~2.5 µs of bandwidth on the H200, docs/cuda_kernels.md). Here a
-// grid of one block per SM walks three stages (w_out, gate/up, down) with a
-// grid-wide barrier between them; each warp streams its weight rows through a
-// private cp.async ring that runs kDepth - 1 passes ahead of its arithmetic,
-// across stage boundaries: weights depend on nothing, so a warp loads the next
-// stage's first rows before the barrier that gates their multiplication, and
-// the first stage's before the previous kernel (attention) has finished.
+// grid of one block per SM walks three or four stages (w_out, gate/up, down,
+// w_next) with a grid-wide barrier between them; each warp streams its weight
+// rows through a private cp.async ring that runs kDepth - 1 passes ahead of
+// its arithmetic, across stage boundaries: weights depend on nothing, so a
+// warp loads the next stage's first rows before the barrier that gates their
+// multiplication, and the first stage's before the previous kernel
+// (attention) has finished.
 //
-// The arithmetic repeats the unfused path's exactly: each 4-row tile is
-// rows_kernel's (lane l takes k = 8l..8l+7 of every 256-wide pass, the same
-// f32 expression, the same shuffle reduction), the norm repeats
-// add_rms_norm_kernel's partial sums and reduction tree, SwiGLU is silu_mul.
+// A tile that is one warp's repeats the unfused path's arithmetic exactly
+// (rows_kernel's: lane l takes k = 8l..8l+7 of every 256-wide pass, the same
+// f32 expression, the same shuffle reduction); the norm repeats
+// add_rms_norm_kernel's partial sums and reduction tree; SwiGLU is silu_mul.
+//
+// Off by default (decode_tail_enabled): faster than the unfused kernels alone,
+// slower inside the decode step so far (docs/benchmarks.md, fifth session).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
