@@ -3,7 +3,9 @@
 // Decode (few tokens, or one token per row): flash-decoding. Grid
 // (n_splits, n_head_kv * head passes, n_tokens); block = 4 warps, one KV head
 // and up to GP of its query heads, so K and V are read once per group. The
-// context [lo, p] of a token is cut into splits of split_len keys from lo;
+// context [lo, p] of a token is cut into splits from lo, their length from
+// the token's own context (token_split_len: few long splits that still fill
+// the GPU; the grid is sized by the plan, so a graph replays at any position);
 // each warp streams its own keys of each stage into a private ring of kDepth
 // stage buffers with cp.async (kDepth - 1 stages in flight while it computes
 // one) and keeps its own online softmax (m, l, acc), so warps never wait on
@@ -125,6 +127,15 @@ constexpr size_t decode_smem_bytes() {
 }
 
 
+// A token's split length: its context of `span` keys in about `want` splits
+// (enough blocks to fill the GPU, each as long as it can be), never shorter
+// than the plan's min_len, so it never needs more splits than the grid has.
+// A multiple of 64 keys, as the plan's.
+__device__ __forceinline__ int token_split_len(int span, int min_len, int want) {
+  const int len = ((span + want - 1) / want + 63) / 64 * 64;
+  return max(len, min_len);
+}
+
 // The end of a flash-decoding block, once its warps' results are in smem:
 // red_acc [kWarps][GP][D] (unnormalised sums), red_ml [kWarps][GP][2] (m, l;
 // log2 domain). Merges the warps, then writes the output (the token's
@@ -235,8 +246,8 @@ __device__ void finish_decode(float* scratch, const float* red_acc, const float*
 // counters: [n_tokens, n_head_kv * n_hpass] blocks arrived, zero between launches.
 template <int D, int GP, bool F16>
 __global__ void __launch_bounds__(128) decode_kernel(const float* __restrict__ q, const uint16_t* __restrict__ k_cache,
-                                                     const uint16_t* __restrict__ v_cache, Geometry geo, int split_len,
-                                                     int n_splits, int n_hpass, float* __restrict__ out,
+                                                     const uint16_t* __restrict__ v_cache, Geometry geo, int min_len,
+                                                     int want, int n_splits, int n_hpass, float* __restrict__ out,
                                                      float* __restrict__ part_acc, float2* __restrict__ part_ml,
                                                      int* __restrict__ counters) {
   using C = DecodeCfg<D>;
@@ -257,6 +268,7 @@ __global__ void __launch_bounds__(128) decode_kernel(const float* __restrict__ q
   // always waits, so the grid never ends before the previous kernel.
   const int p = geo.positions[t];
   const int lo = first_key(p, geo.window);
+  const int split_len = token_split_len(p - lo + 1, min_len, want);
   const int k_begin = lo + split * split_len;
   if (k_begin > p) {  // nothing of this token's context falls in this split
     if (split == 0) pdl_wait();  // (split 0 has keys unless p < 0)
@@ -678,7 +690,7 @@ template <int D, bool F16>
 __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict__ q,
                                                         const uint16_t* __restrict__ k_cache,
                                                         const uint16_t* __restrict__ v_cache, Geometry geo,
-                                                        int split_len, int n_splits, float* __restrict__ out,
+                                                        int min_len, int want, int n_splits, float* __restrict__ out,
                                                         float* __restrict__ part_acc, float2* __restrict__ part_ml,
                                                         int* __restrict__ counters) {
   using C = DecodeTcCfg<D>;
@@ -692,6 +704,7 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
   // Positions and block tables before the PDL wait, as decode_kernel.
   const int p = geo.positions[t];
   const int lo = first_key(p, geo.window);
+  const int split_len = token_split_len(p - lo + 1, min_len, want);
   const int k_begin = lo + split * split_len;
   if (k_begin > p) {
     if (split == 0) pdl_wait();
@@ -838,18 +851,51 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
 
 // ---- planning and launch ------------------------------------------------------
 
+constexpr int kAllSplits = 1 << 30;  // DecodePlan::want: every split min_len keys
+
 struct DecodePlan {
   int n_splits;
-  int split_len;
+  int split_len;  // the shortest split; a token's own is token_split_len
+  int want;       // splits a token's context is cut into (each at least split_len); 0: by occupancy
 };
 
 // Depends on sizes only. split_len is a multiple of every head_dim's stage.
+// The shortest split: AUGUR_CUDA_ATTN_SPLIT (a multiple of 64), else kMinSplitLen.
+int64_t min_split_len() {
+  static const int64_t v = [] {
+    const char* e = std::getenv("AUGUR_CUDA_ATTN_SPLIT");
+    const int64_t n = e == nullptr ? 0 : std::atoll(e);
+    return n >= 64 ? ceil_div(n, int64_t(64)) * 64 : int64_t(kMinSplitLen);
+  }();
+  return v;
+}
+
 DecodePlan plan_decode(int64_t n_tokens, int64_t n_head, int64_t max_context) {
   const int64_t cap = std::max<int64_t>(1, kMaxPartials / std::max<int64_t>(1, n_tokens * n_head));
-  const int64_t n = std::clamp<int64_t>(ceil_div(max_context, kMinSplitLen), 1, cap);
+  const int64_t n = std::clamp<int64_t>(ceil_div(max_context, min_split_len()), 1, cap);
   int64_t len = ceil_div(ceil_div(max_context, n), 64) * 64;
-  len = std::max<int64_t>(len, kMinSplitLen);
-  return {int(ceil_div(max_context, len)), int(len)};
+  len = std::max<int64_t>(len, min_split_len());
+  return {int(ceil_div(max_context, len)), int(len), 0};
+}
+
+// Splits a token's context is cut into. A block's fixed cost (the q load,
+// its warps' merge, the partials and the split merge) is paid once a split,
+// so splits should be long; the grid should still fill the GPU. Fitted to
+// cuda_bench --attention on the H200 (Qwen3-8B heads, sixth session): a
+// token-and-KV-head pair takes one split plus its share of 2 blocks an SM,
+// e.g. batch 1: 34 splits (context 8,192: 256 keys, 17.8 against 22.7 us a
+// layer with 128-key splits); batch 32: 3 (context 8,192: 283 against 293).
+// AUGUR_CUDA_ATTN_BLOCKS=n: about n blocks in all instead; 0: every split
+// the plan's min_len.
+int want_splits(int64_t n_tokens, int64_t blocks_per_split) {
+  static const int64_t env = [] {
+    const char* e = std::getenv("AUGUR_CUDA_ATTN_BLOCKS");
+    return e == nullptr ? int64_t(-1) : int64_t(std::atoll(e));
+  }();
+  const int64_t pairs = std::max<int64_t>(1, n_tokens * blocks_per_split);
+  if (env == 0) return kAllSplits;
+  const int64_t want = env > 0 ? ceil_div(env, pairs) : 1 + ceil_div(int64_t(2) * context().sm_count, pairs);
+  return int(std::clamp<int64_t>(want, 1, kAllSplits));
 }
 
 template <typename Kernel>
@@ -863,8 +909,11 @@ template <int D, int GP, bool F16>
 void launch_decode(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const Geometry& geo,
                    const DecodePlan& plan, float* out, void* workspace, Stream s) {
   const int n_hpass = (geo.group + GP - 1) / GP;
-  const dim3 grid(unsigned(plan.n_splits), unsigned(geo.n_head_kv * n_hpass), unsigned(geo.n_tokens));
-  if (plan.n_splits > 1 && int64_t(geo.n_tokens) * grid.y > Context::kAttnCounters) {
+  // A token needs at most `want` splits: the grid has no more.
+  const int want = plan.want > 0 ? plan.want : want_splits(geo.n_tokens, int64_t(geo.n_head_kv) * n_hpass);
+  const int n_splits = std::min(plan.n_splits, want);
+  const dim3 grid(unsigned(n_splits), unsigned(geo.n_head_kv * n_hpass), unsigned(geo.n_tokens));
+  if (n_splits > 1 && int64_t(geo.n_tokens) * grid.y > Context::kAttnCounters) {
     fail("[cuda] paged_attention: ", geo.n_tokens, " tokens x ", grid.y, " head groups exceed ",
          Context::kAttnCounters, " split counters");
   }
@@ -872,10 +921,10 @@ void launch_decode(const float* q, const uint16_t* k_cache, const uint16_t* v_ca
   static std::once_flag once;
   set_smem(decode_kernel<D, GP, F16>, smem, once);
   float* part_acc = static_cast<float*>(workspace);
-  auto* part_ml = reinterpret_cast<float2*>(part_acc + int64_t(geo.n_tokens) * geo.n_head * plan.n_splits * D);
+  auto* part_ml = reinterpret_cast<float2*>(part_acc + int64_t(geo.n_tokens) * geo.n_head * n_splits * D);
   int* counters = static_cast<int*>(context().attn_counters.get());
   launch("decode_kernel", decode_kernel<D, GP, F16>, dim3(grid), dim3(128), smem, s, q, k_cache, v_cache, geo,
-         plan.split_len, plan.n_splits, n_hpass, out, part_acc, part_ml, counters);
+         plan.split_len, want, n_splits, n_hpass, out, part_acc, part_ml, counters);
 }
 
 // The tensor-core decode for groups of at most 16 query heads, unless
@@ -893,18 +942,20 @@ template <int D, bool F16>
 void launch_decode_tc(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const Geometry& geo,
                       const DecodePlan& plan, float* out, void* workspace, Stream s) {
   using C = DecodeTcCfg<D>;
-  const dim3 grid(unsigned(plan.n_splits), unsigned(geo.n_head_kv), unsigned(geo.n_tokens));
-  if (plan.n_splits > 1 && int64_t(geo.n_tokens) * grid.y > Context::kAttnCounters) {
+  const int want = plan.want > 0 ? plan.want : want_splits(geo.n_tokens, geo.n_head_kv);
+  const int n_splits = std::min(plan.n_splits, want);  // a token needs at most `want` splits
+  const dim3 grid(unsigned(n_splits), unsigned(geo.n_head_kv), unsigned(geo.n_tokens));
+  if (n_splits > 1 && int64_t(geo.n_tokens) * grid.y > Context::kAttnCounters) {
     fail("[cuda] paged_attention: ", geo.n_tokens, " tokens x ", grid.y, " KV heads exceed ", Context::kAttnCounters,
          " split counters");
   }
   static std::once_flag once;
   set_smem(decode_tc_kernel<D, F16>, C::kSmem, once);
   float* part_acc = static_cast<float*>(workspace);
-  auto* part_ml = reinterpret_cast<float2*>(part_acc + int64_t(geo.n_tokens) * geo.n_head * plan.n_splits * D);
+  auto* part_ml = reinterpret_cast<float2*>(part_acc + int64_t(geo.n_tokens) * geo.n_head * n_splits * D);
   int* counters = static_cast<int*>(context().attn_counters.get());
   launch("decode_tc_kernel", decode_tc_kernel<D, F16>, grid, dim3(C::kWarps * 32), C::kSmem, s, q, k_cache, v_cache,
-         geo, plan.split_len, plan.n_splits, out, part_acc, part_ml, counters);
+         geo, plan.split_len, want, n_splits, out, part_acc, part_ml, counters);
 }
 
 template <int D, bool F16>
@@ -962,7 +1013,7 @@ void paged_attention_decode(const float* q, const half_bits* k_cache, const half
   const Geometry geo = check_geometry(q, k_cache, v_cache, block_size, n_head, n_head_kv, meta, scale, window, out);
   if (meta.n_tokens > 65535) fail("[cuda] paged_attention: ", meta.n_tokens, " decode tokens exceed 65535");
   DecodePlan plan = plan_decode(meta.n_tokens, n_head, meta.max_context);
-  if (split_len > 0) plan = {int(ceil_div(meta.max_context, split_len)), split_len};
+  if (split_len > 0) plan = {int(ceil_div(meta.max_context, split_len)), split_len, kAllSplits};
   if (plan.n_splits > 1 && workspace == nullptr)
     fail("[cuda] paged_attention: flash-decoding needs attention_workspace_bytes() of workspace");
   const bool f16 = kv == Half::F16;
