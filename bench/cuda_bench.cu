@@ -385,7 +385,7 @@ int main(int argc, char** argv) {
       rand_bf16(w.p, w.n, 4);
       Buf<float> xf(size_t(2048) * size_t(sh.K));
       rand_f32(xf.p, xf.n, 5);
-      for (int64_t M : {32, 128, 2048}) {
+      for (int64_t M : {8, 32, 128, 2048}) {
         if (quick && M != 2048) continue;
         const double flop = 2.0 * double(M) * double(sh.N) * double(sh.K);
         const double ms_lt =
@@ -394,7 +394,7 @@ int main(int argc, char** argv) {
             time_graph([&](Stream s) { augur::cuda::matmul_bf16(xf.p, M, sh.K, sh.K, w.p, sh.N, y.p, sh.N, s); });
         double best = 1e30;
         int best_algo = -1;
-        if (M == 2048) {
+        {  // the heuristic's first 8 algorithms
           for (int a = 0; a < 8; ++a) {
             bool ok = true;
             const double ms = time_graph(
