@@ -145,6 +145,160 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (lane == 0) counters[tile] = 0;
 }
 
+// stream_kernel: one block an SM streams a contiguous slab of rows (N / grid
+// rows, +-1) through a ring of shared-memory stages filled by bulk copies.
+// Why: rows_kernel keeps ~4 KB in flight a warp, ~32 KB an SM on the short
+// matrices (o: 74% of copy alone), and each launch ramps up from empty. Here
+// one producer thread keeps the ring in flight (160 KB an SM) and starts
+// before the PDL wait (weights depend on no earlier kernel), so a matrix
+// starts streaming while the kernels before it finish. Slabs of equal bytes
+// end together: no tail of half-empty SMs. Off by default (AUGUR_CUDA_STREAM):
+// its step times did not hold from one device call to the next (benchmarks.md).
+// Stage i: rows row0..row0+kStreamRows-1 of group i / n_chunks, columns
+// [c * KC, +KC) of chunk c = i % n_chunks; one bulk copy a row. KC <= kStreamK
+// cuts K into equal chunks (5120: 3 x 1712), so every stage fills its slot.
+// Consumers (kStreamConsumers warps) take 8 columns a thread of every stage,
+// for all its rows, and hold their columns of x in registers for the whole
+// kernel (an x load from L2 behind the stream costs more than a stage); at a
+// group's end they sum across warps in fixed order (deterministic). Each
+// consumer thread releases a slot itself: racecheck sees no order between a
+// warp's reads and the next bulk copy when only lane 0 arrives after a
+// __syncwarp (AUGUR_CUDA_STREAM_ARRIVE=0 measures that variant).
+// x: [M, K] f32 (row stride ldx, K <= MAXC * kStreamK); w: [N, K] half (K % 8
+// == 0, 16-byte aligned); y: [M, N] f32 (row stride ldy); smem: slots x
+// [kStreamRows][KC] half, then full[slots], empty[slots] mbarriers, then
+// red[2][consumers][kStreamRows * MR].
+constexpr int kStreamRows = 4;
+constexpr int kStreamConsumers = 8;
+constexpr int kStreamThreads = (kStreamConsumers + 1) * 32;
+constexpr int kStreamK = kStreamConsumers * 32 * 8;  // 2048 columns: 8 a consumer thread
+constexpr int kStreamMaxChunks = 9;                  // K <= 18432
+
+template <int MR>
+constexpr size_t stream_header_bytes(int slots) {
+  return size_t(2 * slots) * sizeof(uint64_t) + size_t(2 * kStreamConsumers * kStreamRows * MR) * sizeof(float);
+}
+
+template <int MR, int MAXC, bool F16, bool FULL_K>
+__global__ void __launch_bounds__(kStreamThreads, 1)
+    stream_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
+                  float* __restrict__ y, int64_t ldy, int kc, int slots, bool thread_arrive) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int R = kStreamRows;
+  const int KC = FULL_K ? kStreamK : kc;  // FULL_K: K % kStreamK == 0
+  uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(slots) * R * KC * sizeof(uint16_t));
+  uint64_t* empty = full + slots;
+  float* red = reinterpret_cast<float*>(empty + slots);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int r_begin = int(int64_t(N) * blockIdx.x / gridDim.x);
+  const int r_end = int(int64_t(N) * (blockIdx.x + 1) / gridDim.x);
+  const int n_chunks = (K + KC - 1) / KC;
+  const int n_groups = (r_end - r_begin + R - 1) / R;
+  const int n_stages = n_groups * n_chunks;
+  if (threadIdx.x == 0) {
+    const uint32_t releases = thread_arrive ? kStreamConsumers * 32 : kStreamConsumers;
+    for (int i = 0; i < slots; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], releases);
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (warp == kStreamConsumers) {  // the producer: weights only, so no PDL wait
+    if (lane != 0) return;
+    // Stage i's rows and columns.
+    auto rows_of = [&](int i, int& row0, int& k0) {
+      row0 = r_begin + i / n_chunks * R, k0 = i % n_chunks * KC;
+      return min(R, r_end - row0);
+    };
+    for (int i = 0; i < n_stages; ++i) {
+      const int slot = i % slots;
+      if (i >= slots) mbar_wait(&empty[slot], uint32_t(i / slots - 1) & 1u);
+      int row0, k0;
+      const int rows = rows_of(i, row0, k0), len = min(KC, K - k0);
+      mbar_arrive_expect_tx(&full[slot], uint32_t(rows * len) * 2u);
+      for (int r = 0; r < rows; ++r)
+        bulk_copy_g2s(ring + (size_t(slot) * R + r) * KC, w + int64_t(row0 + r) * K + k0, uint32_t(len) * 2u,
+                      &full[slot]);
+    }
+    return;
+  }
+
+  pdl_wait();
+  pdl_launch_dependents();
+  const int kt = threadIdx.x * 8;  // this thread's columns of a chunk
+  float xr[MAXC][MR][8];
+#pragma unroll
+  for (int c = 0; c < MAXC; ++c)
+#pragma unroll
+    for (int m = 0; m < MR; ++m) {
+      const int k = c * KC + kt;
+      float4 a = make_float4(0.f, 0.f, 0.f, 0.f), b = a;
+      if (m < M && kt < KC && k < K) {
+        a = __ldg(reinterpret_cast<const float4*>(x + m * ldx + k));
+        b = __ldg(reinterpret_cast<const float4*>(x + m * ldx + k + 4));
+      }
+      xr[c][m][0] = a.x, xr[c][m][1] = a.y, xr[c][m][2] = a.z, xr[c][m][3] = a.w;
+      xr[c][m][4] = b.x, xr[c][m][5] = b.y, xr[c][m][6] = b.z, xr[c][m][7] = b.w;
+    }
+  int slot = 0;
+  uint32_t phase = 0;
+  for (int g = 0; g < n_groups; ++g) {
+    float acc[R][MR];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < MR; ++m) acc[r][m] = 0.f;
+#pragma unroll
+    for (int c = 0; c < MAXC; ++c) {
+      if (c >= n_chunks) break;
+      mbar_wait(&full[slot], phase);
+      if (kt < KC && c * KC + kt < K) {
+        const uint16_t* st = ring + size_t(slot) * R * KC + kt;
+        float wf[R][8];
+#pragma unroll
+        for (int r = 0; r < R; ++r) unpack8<F16>(*reinterpret_cast<const uint4*>(st + r * KC), wf[r]);
+#pragma unroll
+        for (int m = 0; m < MR; ++m)
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            float sum = 0.f;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) sum += xr[c][m][e] * wf[r][e];
+            acc[r][m] += sum;
+          }
+      }
+      if (thread_arrive) {
+        mbar_arrive(&empty[slot]);  // each thread releases its own reads
+      } else {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[slot]);
+      }
+      if (++slot == slots) slot = 0, phase ^= 1u;
+    }
+    // The group's end: warp sums, then warp 0 adds the warps' in order. red
+    // alternates between two halves, so a half is rewritten only after the
+    // next barrier, which warp 0 reaches after reading it.
+    const int row0 = r_begin + g * R, rows = min(R, r_end - row0);
+    float* rg = red + (g & 1) * kStreamConsumers * R * MR;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < MR; ++m) {
+        const float v = warp_sum(acc[r][m]);
+        if (lane == 0) rg[warp * R * MR + r * MR + m] = v;
+      }
+    asm volatile("bar.sync 1, %0;" ::"n"(kStreamConsumers * 32) : "memory");
+    if (warp == 0 && lane < R * MR) {
+      const int r = lane / MR, m = lane % MR;
+      if (r < rows && m < M) {
+        float sum = 0.f;
+        for (int q = 0; q < kStreamConsumers; ++q) sum += rg[q * R * MR + lane];
+        y[int64_t(m) * ldy + row0 + r] = sum;
+      }
+    }
+  }
+}
+
 // Any shape: one warp per (column n, group of 16 rows of x). Odd K, unaligned
 // x or w, and shapes cuBLASLt refuses.
 template <bool F16>
@@ -181,18 +335,63 @@ struct SkinnyPlan {
 // AUGUR_CUDA_SKINNY_SPLIT_BELOW (warp tiles per SM below which K is split,
 // default 4) and AUGUR_CUDA_SKINNY_PIPE_FROM (tiles per SM from which passes
 // are pipelined; default 0, never).
+// AUGUR_CUDA_STREAM (1: stream_kernel for M <= 2, N >= kStreamRows rows an SM
+// and K a multiple of kStreamK up to 18432; default 0: rows_kernel),
+// AUGUR_CUDA_STREAM_RING (ring KB an SM, default 160) and
+// AUGUR_CUDA_STREAM_ARRIVE (0: one arrival a warp; default 1: a thread).
 struct Tuning {
   int split_below = 4;
   int pipe_from = 0;
+  bool stream = false;
+  int stream_ring_kb = 160;
+  bool stream_thread_arrive = true;
 };
 const Tuning& tuning() {
   static const Tuning t = [] {
     Tuning r;
     if (const char* e = std::getenv("AUGUR_CUDA_SKINNY_SPLIT_BELOW")) r.split_below = std::atoi(e);
     if (const char* e = std::getenv("AUGUR_CUDA_SKINNY_PIPE_FROM")) r.pipe_from = std::atoi(e);
+    if (const char* e = std::getenv("AUGUR_CUDA_STREAM")) r.stream = std::atoi(e) != 0;
+    if (const char* e = std::getenv("AUGUR_CUDA_STREAM_RING")) r.stream_ring_kb = std::clamp(std::atoi(e), 32, 224);
+    if (const char* e = std::getenv("AUGUR_CUDA_STREAM_ARRIVE")) r.stream_thread_arrive = std::atoi(e) != 0;
     return r;
   }();
   return t;
+}
+
+// The stream kernel for M <= 2 (MR = 1 or 2) and K <= kStreamMaxChunks stages'
+// columns: as many 16 KB stages as the ring holds.
+template <int MR, int MAXC, bool F16>
+void launch_stream(const float* x, int64_t M, int64_t K, int64_t ldx, const uint16_t* w, int64_t N, float* y,
+                   int64_t ldy, Stream s, int sm_count) {
+  const Tuning& tu = tuning();
+  const int64_t chunks = ceil_div(K, kStreamK);
+  const int kc = int(ceil_div(ceil_div(K, chunks), 8) * 8);
+  const size_t stage = size_t(kStreamRows) * kc * sizeof(uint16_t);
+  const int slots = std::max(2, int(size_t(tu.stream_ring_kb) * 1024 / stage));
+  const size_t smem = size_t(slots) * stage + stream_header_bytes<MR>(slots);
+  auto kernel = kc == kStreamK ? stream_kernel<MR, MAXC, F16, true> : stream_kernel<MR, MAXC, F16, false>;
+  static size_t granted[2] = {0, 0};  // per instantiation: the dynamic smem the attribute allows
+  if (smem > granted[kc == kStreamK]) {
+    AUGUR_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    granted[kc == kStreamK] = smem;
+  }
+  launch("stream_kernel", kernel, dim3(unsigned(std::min<int64_t>(sm_count, N))), dim3(kStreamThreads), smem, s, x,
+         int(M), int(K), ldx, w, int(N), y, ldy, kc, slots, tu.stream_thread_arrive);
+}
+
+template <int MR, bool F16>
+void launch_stream(const float* x, int64_t M, int64_t K, int64_t ldx, const uint16_t* w, int64_t N, float* y,
+                   int64_t ldy, Stream s, int sm_count) {
+  const int64_t chunks = ceil_div(K, kStreamK);
+  if (chunks <= 2)
+    launch_stream<MR, 2, F16>(x, M, K, ldx, w, N, y, ldy, s, sm_count);
+  else if (chunks <= 3)
+    launch_stream<MR, 3, F16>(x, M, K, ldx, w, N, y, ldy, s, sm_count);
+  else if (chunks <= 6)
+    launch_stream<MR, 6, F16>(x, M, K, ldx, w, N, y, ldy, s, sm_count);
+  else
+    launch_stream<MR, kStreamMaxChunks, F16>(x, M, K, ldx, w, N, y, ldy, s, sm_count);
 }
 
 // rows: weight rows per warp tile; tile_floats: partial floats per tile.
@@ -258,6 +457,23 @@ void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half
     generic_matmul(x, M, K, ldx, w, N, y, ldy, s, wt);
     return;
   }
+  // Variant 3 forces the stream kernel (tests, sweeps). With AUGUR_CUDA_STREAM
+  // it takes M <= 2 where each SM gets a stage's rows and K cuts into whole
+  // 2048-column chunks (K = 5120 streamed at 3.3-3.5 TB/s against rows_kernel's 3.9).
+  const int forced = skinny_variant();
+  const bool stream_fits = M <= 2 && K <= int64_t(kStreamMaxChunks) * kStreamK;
+  if (stream_fits &&
+      (forced == 3 || (forced < 0 && splits == 0 && tuning().stream && N >= int64_t(c.sm_count) * kStreamRows &&
+                        K % kStreamK == 0))) {
+    const bool f16 = wt == Half::F16;
+    if (M == 1)
+      f16 ? launch_stream<1, true>(x, M, K, ldx, w, N, y, ldy, s, c.sm_count)
+          : launch_stream<1, false>(x, M, K, ldx, w, N, y, ldy, s, c.sm_count);
+    else
+      f16 ? launch_stream<2, true>(x, M, K, ldx, w, N, y, ldy, s, c.sm_count)
+          : launch_stream<2, false>(x, M, K, ldx, w, N, y, ldy, s, c.sm_count);
+    return;
+  }
   const SkinnyPlan p = plan_skinny(K, N, kRows, kRows * 8, c.sm_count, splits);
   const unsigned blocks = unsigned(p.S * ceil_div(ceil_div(N, kRows), kWarps));
   float* partials = static_cast<float*>(c.splitk_partials.get());
@@ -268,7 +484,7 @@ void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half
   // SM; Qwen3.5-27B 68.0 vs 69.1): off unless AUGUR_CUDA_SKINNY_PIPE_FROM says.
   const int pipe_from = tuning().pipe_from;
   const bool many = pipe_from > 0 && ceil_div(N, kRows) >= int64_t(c.sm_count) * pipe_from;
-  const int v = skinny_variant() >= 0 ? skinny_variant() : (many && p.S == 1 ? 2 : 0);
+  const int v = forced >= 0 && forced < 3 ? forced : (many && p.S == 1 ? 2 : 0);
   const bool f16 = wt == Half::F16;
   auto kernel = M <= 1   ? (f16 ? rows_variant<1, true>(v) : rows_variant<1, false>(v))
                 : M <= 2 ? (f16 ? rows_variant<2, true>(v) : rows_variant<2, false>(v))
