@@ -192,7 +192,7 @@ void skinny_sweep(double bw) {
   Buf<float> x(size_t(2) * 17408), y(size_t(2) * 248320);
   rand_f32(x.p, x.n, 1);
   std::printf(
-      "== skinny sweep, M = 1: us (GB/s) per variant; variants 0: 8 loads/lane, 1: 16 loads, 2: 8 pipelined, 3: stream (bulk copies) ==\n");
+      "== skinny sweep, M = 1: us (GB/s) per variant; variants 0: 8 loads/lane, 1: 16 loads, 2: 8 pipelined, 3/4: stream (bulk copies; rows interleaved / slabs) ==\n");
   for (const Shape& sh : shapes) {
     const size_t bytes = size_t(sh.N * sh.K) * 2;
     const int copies = int(std::clamp<size_t>((size_t(1) << 30) / bytes, 2, 64));
@@ -200,11 +200,11 @@ void skinny_sweep(double bw) {
     rand_bf16(w.p, w.n, 3);
     const int auto_s = augur::cuda::detail::skinny_splits(1, sh.K, sh.N);
     std::printf("%-26s auto split %d\n", sh.name, auto_s);
-    for (int v = 0; v < 4; ++v) {
+    for (int v = 0; v < 5; ++v) {
       augur::cuda::detail::skinny_variant() = v;
       std::printf("  variant %d:", v);
       for (int sp : {0, 1, 2, 3, 4, 6, 8}) {
-        if (v == 3 && sp > 0) break;  // the stream kernel does not split K
+        if (v >= 3 && sp > 0) break;  // the stream kernel does not split K
         const double ms = skinny_ms(sh, 1, Path::Skinny, sp, w.p, copies, x.p, nullptr, y.p);
         std::printf("  S%s %.1f (%.0f)", sp == 0 ? "auto" : std::to_string(sp).c_str(), ms * 1e3,
                     double(bytes) / (ms * 1e-3) / 1e9);

@@ -183,9 +183,9 @@ TEST_F(CudaMatmul, SkinnySplitK) {
       cpu::matmul(x.data(), M, K, K, w.data(), DType::BF16, N, ref.data(), N, ThreadPool::global());
       Dev<float> dx(x), dy(size_t(M * N));
       Dev<uint16_t> dw(w);
-      for (int variant : {0, 1, 2, 3}) {
-        // M > 2 has one variant: the others fall back to it. 3 (the stream
-        // kernel) ignores splits: N = 101 rows on fewer blocks than SMs.
+      for (int variant : {0, 1, 2, 3, 4}) {
+        // M > 2 has one variant: the others fall back to it. 3 and 4 (the
+        // stream kernel) ignore splits: N = 101 rows on fewer blocks than SMs.
         detail::skinny_variant() = variant;
         for (int splits : {1, 2, 3, 7, 16, 1000})
           for (int rep = 0; rep < 2; ++rep) {
@@ -233,14 +233,14 @@ TEST_F(CudaMatmul, SwigluMatmul) {
 }
 
 // Run to run bit-identical: the split-K path (variant 0) and the stream
-// kernel (variant 3, its cross-warp sums in fixed order), M = 1 and 2.
+// kernel (variants 3 and 4, its cross-warp sums in fixed order), M = 1 and 2.
 TEST_F(CudaMatmul, Deterministic) {
   std::mt19937 rng(8);
   const int64_t K = 4096, N = 1024;
   ASSERT_GT(detail::skinny_splits(1, K, N), 1);  // variant 0 splits K
   Dev<uint16_t> dw(rand_bf16(size_t(N * K), rng));
   for (int64_t M : {1, 2})
-    for (int variant : {0, 3}) {
+    for (int variant : {0, 3, 4}) {
       detail::skinny_variant() = variant;
       Dev<float> dx(randn(size_t(M * K), rng)), dy(size_t(M * N));
       matmul_bf16(dx.get(), M, K, K, dw.get(), N, dy.get(), N, stream());
@@ -255,34 +255,37 @@ TEST_F(CudaMatmul, Deterministic) {
   detail::skinny_variant() = -1;
 }
 
-// The stream kernel on shapes that end mid-stage: K not a multiple of the
-// stage's columns (4104, 5120, 8), N not a multiple of the rows a stage or
-// of the SM count, bf16 and f16, against the CPU with f32 products.
+// The stream kernel (both row layouts) on shapes that end mid-stage: K not a
+// multiple of the stage's columns (4104, 5120, 8), N not a multiple of the
+// rows a stage or of the SM count, bf16 and f16, against the CPU with f32 products.
 TEST_F(CudaMatmul, StreamKernelShapes) {
   std::mt19937 rng(12);
-  detail::skinny_variant() = 3;
-  for (const bool f16 : {false, true})
-    for (int64_t M : {1, 2})
-      for (auto kn : std::vector<std::pair<int64_t, int64_t>>{{4104, 531}, {5120, 1031}, {8, 700}, {2048, 129},
-                                                              {12288, 4099}, {24, 1}}) {
-        const int64_t K = kn.first, N = kn.second;
-        std::vector<float> x = randn(size_t(M * K), rng);
-        std::vector<uint16_t> w = rand_bf16(size_t(N * K), rng);
-        if (f16)
-          for (auto& v : w) v = f32_to_f16(bf16_to_f32(v));
-        std::vector<float> wf(w.size()), ref(size_t(M * N));
-        for (size_t i = 0; i < w.size(); ++i) wf[i] = f16 ? f16_to_f32(w[i]) : bf16_to_f32(w[i]);
-        cpu::matmul(x.data(), M, K, K, wf.data(), DType::F32, N, ref.data(), N, ThreadPool::global());
-        Dev<float> dx(x), dy(size_t(M * N));
-        Dev<uint16_t> dw(w);
-        dy.poison();
-        detail::skinny_matmul(dx.get(), M, K, K, dw.get(), N, dy.get(), N, stream(), 0,
-                              f16 ? Half::F16 : Half::BF16);
-        const ErrStats e = compare(dy.download(), ref);
-        EXPECT_TRUE(e.all_finite) << "M " << M << " K " << K << " N " << N << " f16 " << f16;
-        EXPECT_LE(e.rel_l2, 1e-5) << "M " << M << " K " << K << " N " << N << " f16 " << f16;
-      }
-  detail::skinny_variant() = -1;
+  for (const int variant : {3, 4})
+    for (const bool f16 : {false, true})
+      for (int64_t M : {1, 2})
+        for (auto kn : std::vector<std::pair<int64_t, int64_t>>{{4104, 531}, {5120, 1031}, {8, 700}, {2048, 129},
+                                                                {12288, 4099}, {24, 1}}) {
+          const int64_t K = kn.first, N = kn.second;
+          std::vector<float> x = randn(size_t(M * K), rng);
+          std::vector<uint16_t> w = rand_bf16(size_t(N * K), rng);
+          if (f16)
+            for (auto& v : w) v = f32_to_f16(bf16_to_f32(v));
+          std::vector<float> wf(w.size()), ref(size_t(M * N));
+          for (size_t i = 0; i < w.size(); ++i) wf[i] = f16 ? f16_to_f32(w[i]) : bf16_to_f32(w[i]);
+          cpu::matmul(x.data(), M, K, K, wf.data(), DType::F32, N, ref.data(), N, ThreadPool::global());
+          Dev<float> dx(x), dy(size_t(M * N));
+          Dev<uint16_t> dw(w);
+          dy.poison();
+          detail::skinny_variant() = variant;
+          detail::skinny_matmul(dx.get(), M, K, K, dw.get(), N, dy.get(), N, stream(), 0,
+                                f16 ? Half::F16 : Half::BF16);
+          detail::skinny_variant() = -1;
+          const ErrStats e = compare(dy.download(), ref);
+          const std::string what = "variant " + std::to_string(variant) + " M " + std::to_string(M) + " K " +
+                                   std::to_string(K) + " N " + std::to_string(N) + " f16 " + std::to_string(f16);
+          EXPECT_TRUE(e.all_finite) << what;
+          EXPECT_LE(e.rel_l2, 1e-5) << what;
+        }
 }
 
 TEST_F(CudaMatmul, TensorCorePath) {

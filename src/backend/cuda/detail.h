@@ -28,8 +28,9 @@ constexpr int64_t kSkinnyDispatchM = 2;
 void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, int64_t N,
                    float* y, int64_t ldy, Stream s, int splits = 0, Half wt = Half::BF16);
 // Skinny-kernel variant for the benchmark's sweeps and tests (gemv.cu: 0 = 8
-// loads in flight a lane, 1 = 16, 2 = 8 pipelined, 3 = the stream kernel for
-// M <= 2, any split); -1 (default): chosen by shape.
+// loads in flight a lane, 1 = 16, 2 = 8 pipelined; for M <= 2, any split,
+// the stream kernel: 3 = rows interleaved over the SMs, 4 = in slabs);
+// -1 (default): chosen by shape.
 int& skinny_variant();
 // The split-K factor skinny_matmul picks (0 if it takes the generic kernel).
 int skinny_splits(int64_t M, int64_t K, int64_t N);

@@ -145,16 +145,20 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (lane == 0) counters[tile] = 0;
 }
 
-// stream_kernel: one block an SM streams a contiguous slab of rows (N / grid
-// rows, +-1) through a ring of shared-memory stages filled by bulk copies.
+// stream_kernel: one block an SM streams its rows (N / grid, +-1: every
+// grid-th row, or one slab with AUGUR_CUDA_STREAM_INTERLEAVE=0) through a ring
+// of shared-memory stages filled by bulk copies.
 // Why: rows_kernel keeps ~4 KB in flight a warp, ~32 KB an SM on the short
 // matrices (o: 74% of copy alone), and each launch ramps up from empty. Here
 // one producer thread keeps the ring in flight (160 KB an SM) and starts
 // before the PDL wait (weights depend on no earlier kernel), so a matrix
-// starts streaming while the kernels before it finish. Slabs of equal bytes
-// end together: no tail of half-empty SMs. Off by default (AUGUR_CUDA_STREAM):
-// its step times did not hold from one device call to the next (benchmarks.md).
-// Stage i: rows row0..row0+kStreamRows-1 of group i / n_chunks, columns
+// starts streaming while the kernels before it finish. Equal bytes a block:
+// the blocks end together, no tail of half-empty SMs. Interleaved rows keep
+// the SMs' reads at any moment within a few MB (as rows_kernel's), where
+// slabs put them N / SMs rows apart, the same offsets in every slab: a
+// guess at why the slab version's step time moved from call to call (4.27
+// to 5.11 ms). Off by default (AUGUR_CUDA_STREAM) until measured.
+// Stage i: the block's rows j = 4g..4g+3 of group g = i / n_chunks, columns
 // [c * KC, +KC) of chunk c = i % n_chunks; one bulk copy a row. KC <= kStreamK
 // cuts K into equal chunks (5120: 3 x 1712), so every stage fills its slot.
 // Consumers (kStreamConsumers warps) take 8 columns a thread of every stage,
@@ -182,7 +186,7 @@ constexpr size_t stream_header_bytes(int slots) {
 template <int MR, int MAXC, bool F16, bool FULL_K>
 __global__ void __launch_bounds__(kStreamThreads, 1)
     stream_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
-                  float* __restrict__ y, int64_t ldy, int kc, int slots, bool thread_arrive) {
+                  float* __restrict__ y, int64_t ldy, int kc, int slots, bool thread_arrive, bool interleave) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int R = kStreamRows;
   const int KC = FULL_K ? kStreamK : kc;  // FULL_K: K % kStreamK == 0
@@ -191,10 +195,14 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   uint64_t* empty = full + slots;
   float* red = reinterpret_cast<float*>(empty + slots);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int r_begin = int(int64_t(N) * blockIdx.x / gridDim.x);
-  const int r_end = int(int64_t(N) * (blockIdx.x + 1) / gridDim.x);
+  // This block's rows: row(j) = base + stride * j, j < n_rows.
+  const int G = int(gridDim.x), b = int(blockIdx.x);
+  const int base = interleave ? b : int(int64_t(N) * b / G);
+  const int stride = interleave ? G : 1;
+  const int n_rows = interleave ? (N - b + G - 1) / G : int(int64_t(N) * (b + 1) / G) - base;
+  auto row_of = [&](int j) { return int64_t(base) + int64_t(stride) * j; };
   const int n_chunks = (K + KC - 1) / KC;
-  const int n_groups = (r_end - r_begin + R - 1) / R;
+  const int n_groups = (n_rows + R - 1) / R;
   const int n_stages = n_groups * n_chunks;
   if (threadIdx.x == 0) {
     const uint32_t releases = thread_arrive ? kStreamConsumers * 32 : kStreamConsumers;
@@ -205,19 +213,14 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
 
   if (warp == kStreamConsumers) {  // the producer: weights only, so no PDL wait
     if (lane != 0) return;
-    // Stage i's rows and columns.
-    auto rows_of = [&](int i, int& row0, int& k0) {
-      row0 = r_begin + i / n_chunks * R, k0 = i % n_chunks * KC;
-      return min(R, r_end - row0);
-    };
     for (int i = 0; i < n_stages; ++i) {
       const int slot = i % slots;
       if (i >= slots) mbar_wait(&empty[slot], uint32_t(i / slots - 1) & 1u);
-      int row0, k0;
-      const int rows = rows_of(i, row0, k0), len = min(KC, K - k0);
+      const int j0 = i / n_chunks * R, k0 = i % n_chunks * KC;
+      const int rows = min(R, n_rows - j0), len = min(KC, K - k0);
       mbar_arrive_expect_tx(&full[slot], uint32_t(rows * len) * 2u);
       for (int r = 0; r < rows; ++r)
-        bulk_copy_g2s(ring + (size_t(slot) * R + r) * KC, w + int64_t(row0 + r) * K + k0, uint32_t(len) * 2u,
+        bulk_copy_g2s(ring + (size_t(slot) * R + r) * KC, w + row_of(j0 + r) * K + k0, uint32_t(len) * 2u,
                       &full[slot]);
     }
     return;
@@ -278,7 +281,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     // The group's end: warp sums, then warp 0 adds the warps' in order. red
     // alternates between two halves, so a half is rewritten only after the
     // next barrier, which warp 0 reaches after reading it.
-    const int row0 = r_begin + g * R, rows = min(R, r_end - row0);
+    const int rows = min(R, n_rows - g * R);
     float* rg = red + (g & 1) * kStreamConsumers * R * MR;
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -293,7 +296,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
       if (r < rows && m < M) {
         float sum = 0.f;
         for (int q = 0; q < kStreamConsumers; ++q) sum += rg[q * R * MR + lane];
-        y[int64_t(m) * ldy + row0 + r] = sum;
+        y[int64_t(m) * ldy + row_of(g * R + r)] = sum;
       }
     }
   }
@@ -337,14 +340,17 @@ struct SkinnyPlan {
 // are pipelined; default 0, never).
 // AUGUR_CUDA_STREAM (1: stream_kernel for M <= 2, N >= kStreamRows rows an SM
 // and K a multiple of kStreamK up to 18432; default 0: rows_kernel),
-// AUGUR_CUDA_STREAM_RING (ring KB an SM, default 160) and
-// AUGUR_CUDA_STREAM_ARRIVE (0: one arrival a warp; default 1: a thread).
+// AUGUR_CUDA_STREAM_RING (ring KB an SM, default 160),
+// AUGUR_CUDA_STREAM_ARRIVE (0: one arrival a warp; default 1: a thread) and
+// AUGUR_CUDA_STREAM_INTERLEAVE (0: a block's rows are one slab; default 1:
+// every SMs-th row).
 struct Tuning {
   int split_below = 4;
   int pipe_from = 0;
   bool stream = false;
   int stream_ring_kb = 160;
   bool stream_thread_arrive = true;
+  bool stream_interleave = true;
 };
 const Tuning& tuning() {
   static const Tuning t = [] {
@@ -354,6 +360,7 @@ const Tuning& tuning() {
     if (const char* e = std::getenv("AUGUR_CUDA_STREAM")) r.stream = std::atoi(e) != 0;
     if (const char* e = std::getenv("AUGUR_CUDA_STREAM_RING")) r.stream_ring_kb = std::clamp(std::atoi(e), 32, 224);
     if (const char* e = std::getenv("AUGUR_CUDA_STREAM_ARRIVE")) r.stream_thread_arrive = std::atoi(e) != 0;
+    if (const char* e = std::getenv("AUGUR_CUDA_STREAM_INTERLEAVE")) r.stream_interleave = std::atoi(e) != 0;
     return r;
   }();
   return t;
@@ -363,7 +370,7 @@ const Tuning& tuning() {
 // columns: as many 16 KB stages as the ring holds.
 template <int MR, int MAXC, bool F16>
 void launch_stream(const float* x, int64_t M, int64_t K, int64_t ldx, const uint16_t* w, int64_t N, float* y,
-                   int64_t ldy, Stream s, int sm_count) {
+                   int64_t ldy, Stream s, int sm_count, bool interleave) {
   const Tuning& tu = tuning();
   const int64_t chunks = ceil_div(K, kStreamK);
   const int kc = int(ceil_div(ceil_div(K, chunks), 8) * 8);
@@ -377,21 +384,22 @@ void launch_stream(const float* x, int64_t M, int64_t K, int64_t ldx, const uint
     granted[kc == kStreamK] = smem;
   }
   launch("stream_kernel", kernel, dim3(unsigned(std::min<int64_t>(sm_count, N))), dim3(kStreamThreads), smem, s, x,
-         int(M), int(K), ldx, w, int(N), y, ldy, kc, slots, tu.stream_thread_arrive);
+         int(M), int(K), ldx, w, int(N), y, ldy, kc, slots, tu.stream_thread_arrive,
+         interleave);
 }
 
 template <int MR, bool F16>
 void launch_stream(const float* x, int64_t M, int64_t K, int64_t ldx, const uint16_t* w, int64_t N, float* y,
-                   int64_t ldy, Stream s, int sm_count) {
+                   int64_t ldy, Stream s, int sm_count, bool interleave) {
   const int64_t chunks = ceil_div(K, kStreamK);
   if (chunks <= 2)
-    launch_stream<MR, 2, F16>(x, M, K, ldx, w, N, y, ldy, s, sm_count);
+    launch_stream<MR, 2, F16>(x, M, K, ldx, w, N, y, ldy, s, sm_count, interleave);
   else if (chunks <= 3)
-    launch_stream<MR, 3, F16>(x, M, K, ldx, w, N, y, ldy, s, sm_count);
+    launch_stream<MR, 3, F16>(x, M, K, ldx, w, N, y, ldy, s, sm_count, interleave);
   else if (chunks <= 6)
-    launch_stream<MR, 6, F16>(x, M, K, ldx, w, N, y, ldy, s, sm_count);
+    launch_stream<MR, 6, F16>(x, M, K, ldx, w, N, y, ldy, s, sm_count, interleave);
   else
-    launch_stream<MR, kStreamMaxChunks, F16>(x, M, K, ldx, w, N, y, ldy, s, sm_count);
+    launch_stream<MR, kStreamMaxChunks, F16>(x, M, K, ldx, w, N, y, ldy, s, sm_count, interleave);
 }
 
 // rows: weight rows per warp tile; tile_floats: partial floats per tile.
@@ -457,21 +465,22 @@ void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half
     generic_matmul(x, M, K, ldx, w, N, y, ldy, s, wt);
     return;
   }
-  // Variant 3 forces the stream kernel (tests, sweeps). With AUGUR_CUDA_STREAM
+  // Variants 3 and 4 force the stream kernel, rows interleaved or in slabs (tests, sweeps). With AUGUR_CUDA_STREAM
   // it takes M <= 2 where each SM gets a stage's rows and K cuts into whole
   // 2048-column chunks (K = 5120 streamed at 3.3-3.5 TB/s against rows_kernel's 3.9).
   const int forced = skinny_variant();
   const bool stream_fits = M <= 2 && K <= int64_t(kStreamMaxChunks) * kStreamK;
   if (stream_fits &&
-      (forced == 3 || (forced < 0 && splits == 0 && tuning().stream && N >= int64_t(c.sm_count) * kStreamRows &&
+      (forced == 3 || forced == 4 || (forced < 0 && splits == 0 && tuning().stream && N >= int64_t(c.sm_count) * kStreamRows &&
                         K % kStreamK == 0))) {
     const bool f16 = wt == Half::F16;
+    const bool il = forced == 3 || (forced != 4 && tuning().stream_interleave);
     if (M == 1)
-      f16 ? launch_stream<1, true>(x, M, K, ldx, w, N, y, ldy, s, c.sm_count)
-          : launch_stream<1, false>(x, M, K, ldx, w, N, y, ldy, s, c.sm_count);
+      f16 ? launch_stream<1, true>(x, M, K, ldx, w, N, y, ldy, s, c.sm_count, il)
+          : launch_stream<1, false>(x, M, K, ldx, w, N, y, ldy, s, c.sm_count, il);
     else
-      f16 ? launch_stream<2, true>(x, M, K, ldx, w, N, y, ldy, s, c.sm_count)
-          : launch_stream<2, false>(x, M, K, ldx, w, N, y, ldy, s, c.sm_count);
+      f16 ? launch_stream<2, true>(x, M, K, ldx, w, N, y, ldy, s, c.sm_count, il)
+          : launch_stream<2, false>(x, M, K, ldx, w, N, y, ldy, s, c.sm_count, il);
     return;
   }
   const SkinnyPlan p = plan_skinny(K, N, kRows, kRows * 8, c.sm_count, splits);
