@@ -3,7 +3,7 @@
 # sanitizers, the per-matrix sweep and engine A/B runs of its variants, each
 # measured twice, against rows_kernel.
 #   here: bash scripts/build_cuda_bundle.sh
-#   device: bash scripts/stream_ab.sh        carry: [".dev"]
+#   device: bash scripts/stream_ab.sh        carry: [".dev"]   (NCU=1 adds an ncu profile)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/cuda_env.sh
@@ -38,3 +38,12 @@ run slab_warp AUGUR_CUDA_STREAM=1 AUGUR_CUDA_STREAM_INTERLEAVE=0 AUGUR_CUDA_STRE
 run il_warp AUGUR_CUDA_STREAM=1 AUGUR_CUDA_STREAM_ARRIVE=0
 run il_ring96 AUGUR_CUDA_STREAM=1 AUGUR_CUDA_STREAM_RING=96
 run il_ring192 AUGUR_CUDA_STREAM=1 AUGUR_CUDA_STREAM_RING=192
+# NCU=1: one stream launch of each 8B matrix under Nsight Compute (alone, so
+# without its PDL overlap): DRAM throughput and the consumers' stall reasons.
+if [[ "${NCU:-0}" != 0 ]]; then
+  NCU_BIN=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+  AUGUR_CUDA_STREAM=1 timeout 200 "$NCU_BIN" --kernel-name regex:stream_kernel --launch-skip 200 --launch-count 5 \
+    --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
+    "$BIN/augur" bench --device cuda --synthetic qwen3-8b --prompt 256 --gen 2 --batch 1 > "$LOG/ncu_stream.txt" 2>&1
+  grep -E "stream_kernel|DRAM Throughput|Duration|Stall|Warp Cycles Per Issued" "$LOG/ncu_stream.txt" | head -60
+fi
