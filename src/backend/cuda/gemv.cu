@@ -196,10 +196,10 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   float* red = reinterpret_cast<float*>(empty + slots);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   // This block's rows: row(j) = base + stride * j, j < n_rows.
-  const int G = int(gridDim.x), b = int(blockIdx.x);
-  const int base = interleave ? b : int(int64_t(N) * b / G);
+  const int G = int(gridDim.x), blk = int(blockIdx.x);
+  const int base = interleave ? blk : int(int64_t(N) * blk / G);
   const int stride = interleave ? G : 1;
-  const int n_rows = interleave ? (N - b + G - 1) / G : int(int64_t(N) * (b + 1) / G) - base;
+  const int n_rows = interleave ? (N - blk + G - 1) / G : int(int64_t(N) * (blk + 1) / G) - base;
   auto row_of = [&](int j) { return int64_t(base) + int64_t(stride) * j; };
   const int n_chunks = (K + KC - 1) / KC;
   const int n_groups = (n_rows + R - 1) / R;
