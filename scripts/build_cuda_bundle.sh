@@ -5,13 +5,16 @@
 # libstdc++/libgcc are linked statically; libcublasLt.so.13 comes from the
 # device's system or its pip package nvidia-cublas.
 #
-#   scripts/build_cuda_bundle.sh            # BUILD=build/cuda-bundle JOBS=2
+#   scripts/build_cuda_bundle.sh            # BUILD=build/cuda-bundle JOBS=2 DEST=.dev
+# A second bundle for an A/B run, built with other flags, goes below .dev:
+#   BUILD=build/cuda-b DEST=.dev/b CUDA_FLAGS=-DSOMETHING scripts/build_cuda_bundle.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build/cuda-bundle}
 JOBS=${JOBS:-2}
+DEST=${DEST:-.dev}
 
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS="${CUDA_FLAGS:-}" \
   -DAUGUR_STATIC_DEPS=ON -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
 targets=(test_cuda cuda_bench)
 if cmake --build "$BUILD" --target help | grep -q '^augur:'; then targets+=(augur); fi
@@ -20,10 +23,10 @@ cmake --build "$BUILD" --target "${targets[@]}" -j"$JOBS"
 # Stripped and xz-compressed: the carried tree must stay under 64 MiB next to
 # the repository (models/augur-tiny alone is 41 MB). cuda_device_test.sh
 # unpacks it.
-rm -rf .dev && mkdir -p .dev/bin
-cp "$BUILD/tests/test_cuda" "$BUILD/tests/cuda_bench" .dev/bin/
-if [[ -x "$BUILD/bin/augur" ]]; then cp "$BUILD/bin/augur" .dev/bin/; fi
-strip .dev/bin/*
-tar -C .dev/bin -cJf .dev/bundle.tar.xz .
-rm -rf .dev/bin
-ls -l .dev
+rm -rf "$DEST" && mkdir -p "$DEST/bin"
+cp "$BUILD/tests/test_cuda" "$BUILD/tests/cuda_bench" "$DEST/bin/"
+if [[ -x "$BUILD/bin/augur" ]]; then cp "$BUILD/bin/augur" "$DEST/bin/"; fi
+strip "$DEST"/bin/*
+tar -C "$DEST/bin" -cJf "$DEST/bundle.tar.xz" .
+rm -rf "$DEST/bin"
+ls -l "$DEST"

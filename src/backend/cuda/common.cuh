@@ -123,6 +123,10 @@ struct Context {
 // kernels take SM slots: batch-1 decode measured 12% slower). Every kernel
 // launched that way must call pdl_wait() before reading or writing memory
 // another kernel touches. AUGUR_CUDA_PDL=0 drops the attribute.
+// Built with -DAUGUR_PDL_TRIGGER_FIRST (an experiment, eighth session), the
+// small kernels trigger before their wait: with the stream GEMV on, Qwen3-8B
+// batch 1 measured 4.18 ms a step (context 128) on one machine against 4.28
+// on another, but rows_kernel's chains 5.55 against 4.60, so not by default.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -134,8 +138,13 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 __device__ __forceinline__ void pdl_entry() {
+#ifdef AUGUR_PDL_TRIGGER_FIRST
+  pdl_launch_dependents();
+  pdl_wait();
+#else
   pdl_wait();
   pdl_launch_dependents();
+#endif
 }
 
 bool pdl_enabled();  // context.cu: AUGUR_CUDA_PDL != 0

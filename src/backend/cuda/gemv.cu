@@ -145,22 +145,21 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (lane == 0) counters[tile] = 0;
 }
 
-// stream_kernel: one block an SM streams its rows (N / grid, +-1: every
-// grid-th row, or one slab with AUGUR_CUDA_STREAM_INTERLEAVE=0) through a ring
-// of shared-memory stages filled by bulk copies.
+// stream_kernel: one block an SM streams its rows (every grid-th row, or one
+// slab with AUGUR_CUDA_STREAM_INTERLEAVE=0) through a ring of shared-memory
+// stages filled by bulk copies.
 // Why: rows_kernel keeps ~4 KB in flight a warp, ~32 KB an SM on the short
 // matrices (o: 74% of copy alone), and each launch ramps up from empty. Here
 // one producer thread keeps the ring in flight (160 KB an SM) and starts
 // before the PDL wait (weights depend on no earlier kernel), so a matrix
 // starts streaming while the kernels before it finish. Equal bytes a block:
 // the blocks end together, no tail of half-empty SMs. Interleaved rows keep
-// the SMs' reads at any moment within a few MB (as rows_kernel's), where
-// slabs put them N / SMs rows apart, the same offsets in every slab: a
-// guess at why the slab version's step time moved from call to call (4.27
-// to 5.11 ms). Off by default (AUGUR_CUDA_STREAM) until measured.
+// the SMs' reads at any moment within a few MB (as rows_kernel's).
 // Stage i: the block's rows j = 4g..4g+3 of group g = i / n_chunks, columns
-// [c * KC, +KC) of chunk c = i % n_chunks; one bulk copy a row. KC <= kStreamK
-// cuts K into equal chunks (5120: 3 x 1712), so every stage fills its slot.
+// [c * kStreamK, +kStreamK) of chunk c = i % n_chunks (the last chunk may be
+// short); one bulk copy a row, so every copy starts on a 4 KB boundary of its
+// row. (Equal chunks, 5120 = 3 x 1712 with a runtime width, streamed K = 5120
+// at 3.4-3.6 TB/s against rows_kernel's 3.7-4.4; 4.1-4.3 this way.)
 // Consumers (kStreamConsumers warps) take 8 columns a thread of every stage,
 // for all its rows, and hold their columns of x in registers for the whole
 // kernel (an x load from L2 behind the stream costs more than a stage); at a
@@ -170,8 +169,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 // __syncwarp (AUGUR_CUDA_STREAM_ARRIVE=0 measures that variant).
 // x: [M, K] f32 (row stride ldx, K <= MAXC * kStreamK); w: [N, K] half (K % 8
 // == 0, 16-byte aligned); y: [M, N] f32 (row stride ldy); smem: slots x
-// [kStreamRows][KC] half, then full[slots], empty[slots] mbarriers, then
-// red[2][consumers][kStreamRows * MR].
+// [kStreamRows][kStreamK] half, then full[slots], empty[slots] mbarriers,
+// then red[2][consumers][kStreamRows * MR].
 constexpr int kStreamRows = 4;
 constexpr int kStreamConsumers = 8;
 constexpr int kStreamThreads = (kStreamConsumers + 1) * 32;
@@ -183,13 +182,12 @@ constexpr size_t stream_header_bytes(int slots) {
   return size_t(2 * slots) * sizeof(uint64_t) + size_t(2 * kStreamConsumers * kStreamRows * MR) * sizeof(float);
 }
 
-template <int MR, int MAXC, bool F16, bool FULL_K>
+template <int MR, int MAXC, bool F16>
 __global__ void __launch_bounds__(kStreamThreads, 1)
     stream_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
-                  float* __restrict__ y, int64_t ldy, int kc, int slots, bool thread_arrive, bool interleave) {
+                  float* __restrict__ y, int64_t ldy, int slots, bool thread_arrive, bool interleave) {
   extern __shared__ __align__(128) unsigned char smem[];
-  constexpr int R = kStreamRows;
-  const int KC = FULL_K ? kStreamK : kc;  // FULL_K: K % kStreamK == 0
+  constexpr int R = kStreamRows, KC = kStreamK;
   uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(slots) * R * KC * sizeof(uint16_t));
   uint64_t* empty = full + slots;
@@ -236,7 +234,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     for (int m = 0; m < MR; ++m) {
       const int k = c * KC + kt;
       float4 a = make_float4(0.f, 0.f, 0.f, 0.f), b = a;
-      if (m < M && kt < KC && k < K) {
+      if (m < M && k < K) {
         a = __ldg(reinterpret_cast<const float4*>(x + m * ldx + k));
         b = __ldg(reinterpret_cast<const float4*>(x + m * ldx + k + 4));
       }
@@ -255,7 +253,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     for (int c = 0; c < MAXC; ++c) {
       if (c >= n_chunks) break;
       mbar_wait(&full[slot], phase);
-      if (kt < KC && c * KC + kt < K) {
+      if (c * KC + kt < K) {
         const uint16_t* st = ring + size_t(slot) * R * KC + kt;
         float wf[R][8];
 #pragma unroll
@@ -338,8 +336,8 @@ struct SkinnyPlan {
 // AUGUR_CUDA_SKINNY_SPLIT_BELOW (warp tiles per SM below which K is split,
 // default 4) and AUGUR_CUDA_SKINNY_PIPE_FROM (tiles per SM from which passes
 // are pipelined; default 0, never).
-// AUGUR_CUDA_STREAM (1: stream_kernel for M <= 2, N >= kStreamRows rows an SM
-// and K a multiple of kStreamK up to 18432; default 0: rows_kernel),
+// AUGUR_CUDA_STREAM (0: rows_kernel; default 1: stream_kernel for M <= 2,
+// N >= kStreamRows rows an SM and K up to 18432),
 // AUGUR_CUDA_STREAM_RING (ring KB an SM, default 160),
 // AUGUR_CUDA_STREAM_ARRIVE (0: one arrival a warp; default 1: a thread) and
 // AUGUR_CUDA_STREAM_INTERLEAVE (0: a block's rows are one slab; default 1:
@@ -347,7 +345,7 @@ struct SkinnyPlan {
 struct Tuning {
   int split_below = 4;
   int pipe_from = 0;
-  bool stream = false;
+  bool stream = true;
   int stream_ring_kb = 160;
   bool stream_thread_arrive = true;
   bool stream_interleave = true;
@@ -372,20 +370,17 @@ template <int MR, int MAXC, bool F16>
 void launch_stream(const float* x, int64_t M, int64_t K, int64_t ldx, const uint16_t* w, int64_t N, float* y,
                    int64_t ldy, Stream s, int sm_count, bool interleave) {
   const Tuning& tu = tuning();
-  const int64_t chunks = ceil_div(K, kStreamK);
-  const int kc = int(ceil_div(ceil_div(K, chunks), 8) * 8);
-  const size_t stage = size_t(kStreamRows) * kc * sizeof(uint16_t);
+  constexpr size_t stage = size_t(kStreamRows) * kStreamK * sizeof(uint16_t);
   const int slots = std::max(2, int(size_t(tu.stream_ring_kb) * 1024 / stage));
   const size_t smem = size_t(slots) * stage + stream_header_bytes<MR>(slots);
-  auto kernel = kc == kStreamK ? stream_kernel<MR, MAXC, F16, true> : stream_kernel<MR, MAXC, F16, false>;
-  static size_t granted[2] = {0, 0};  // per instantiation: the dynamic smem the attribute allows
-  if (smem > granted[kc == kStreamK]) {
+  auto kernel = stream_kernel<MR, MAXC, F16>;
+  static size_t granted = 0;  // per instantiation: the dynamic smem the attribute allows
+  if (smem > granted) {
     AUGUR_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    granted[kc == kStreamK] = smem;
+    granted = smem;
   }
   launch("stream_kernel", kernel, dim3(unsigned(std::min<int64_t>(sm_count, N))), dim3(kStreamThreads), smem, s, x,
-         int(M), int(K), ldx, w, int(N), y, ldy, kc, slots, tu.stream_thread_arrive,
-         interleave);
+         int(M), int(K), ldx, w, int(N), y, ldy, slots, tu.stream_thread_arrive, interleave);
 }
 
 template <int MR, bool F16>
@@ -465,14 +460,14 @@ void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half
     generic_matmul(x, M, K, ldx, w, N, y, ldy, s, wt);
     return;
   }
-  // Variants 3 and 4 force the stream kernel, rows interleaved or in slabs (tests, sweeps). With AUGUR_CUDA_STREAM
-  // it takes M <= 2 where each SM gets a stage's rows and K cuts into whole
-  // 2048-column chunks (K = 5120 streamed at 3.3-3.5 TB/s against rows_kernel's 3.9).
+  // Variants 3 and 4 force the stream kernel, rows interleaved or in slabs
+  // (tests, sweeps). By default it takes M <= 2 where each SM gets a stage's
+  // rows: Qwen3-8B batch 1, context 128, 4.28 ms a step against rows_kernel's
+  // 4.60; Qwen3.5-27B 13.42 against 13.95 (H200, docs/benchmarks.md).
   const int forced = skinny_variant();
   const bool stream_fits = M <= 2 && K <= int64_t(kStreamMaxChunks) * kStreamK;
-  if (stream_fits &&
-      (forced == 3 || forced == 4 || (forced < 0 && splits == 0 && tuning().stream && N >= int64_t(c.sm_count) * kStreamRows &&
-                        K % kStreamK == 0))) {
+  const bool stream_default = forced < 0 && splits == 0 && tuning().stream && N >= int64_t(c.sm_count) * kStreamRows;
+  if (stream_fits && (forced == 3 || forced == 4 || stream_default)) {
     const bool f16 = wt == Half::F16;
     const bool il = forced == 3 || (forced != 4 && tuning().stream_interleave);
     if (M == 1)

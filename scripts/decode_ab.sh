@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The batch-1 decode step in one device call: the CUDA tests, sanitizers on
+# the stream kernel's tests, the per-matrix sweep, then engine runs of the
+# step with kernels swapped or left out (AUGUR_CUDA_SKIP), each against the
+# default measured in the same call, and the full benchmarks.
+#   here: bash scripts/build_cuda_bundle.sh
+#   device: bash scripts/decode_ab.sh        carry: [".dev"]
+# QUICK=1 skips the tests, SWEEP=1 adds the per-matrix sweep, FULL=0 skips
+# the full benchmarks.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/cuda_env.sh
+if [[ "${QUICK:-0}" == 0 ]]; then
+  timeout 120 "$BIN/test_cuda" --gtest_brief=1 2>&1 | grep -v '^\[cuda\|bit-equal' | tail -3
+  SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer)
+  for tool in memcheck racecheck; do
+    timeout 90 "$SAN" --tool $tool "$BIN/test_cuda" --gtest_brief=1 \
+      --gtest_filter='CudaMatmul.StreamKernelShapes:CudaMatmul.Deterministic' > "$LOG/san_$tool.txt" 2>&1
+    echo "$tool: $(tail -1 "$LOG/san_$tool.txt")"
+  done
+fi
+if [[ "${SWEEP:-0}" != 0 ]]; then
+  timeout 150 "$BIN/cuda_bench" --skinny-sweep > "$LOG/sweep.txt" 2>&1
+  grep -E "x[0-9]|variant [03]|ceiling" "$LOG/sweep.txt" | sed 's/ S[2-8] [0-9.]* ([0-9]*)//g'
+fi
+summ() { python3 -c "
+import json,sys
+d=json.load(open(sys.argv[1]))
+print('%-16s'%sys.argv[2], 'copy %.0f'%(d['copy_bandwidth_bytes_per_s']/1e9),
+      ' '.join('b%d/ctx%d %.3f ms %.1f tok/s %.1f%%'%(e['batch'],e['context'],e['forward_ms_per_step'],e['tokens_per_s'],
+               100*e.get('fraction_of_copy_bandwidth',0)) for e in d.get('decode',[])),
+      'prefill %.0f tok/s'%d['prefill_tokens_per_s'] if d.get('prefill_tokens_per_s') else '')
+" "$1" "$2"; }
+B8="$BIN/augur bench --device cuda --synthetic qwen3-8b --prompt 2048 --gen 32 --batch 1 --context 128 --json"
+run() {
+  name=$1; shift
+  env "$@" timeout 120 $B8 > "$LOG/$name.json" 2> "$LOG/$name.err" && summ "$LOG/$name.json" "$name" ||
+    { echo "$name failed"; tail -3 "$LOG/$name.err"; }
+}
+ATT=decode_tc_kernel,decode_kernel
+SMALL=qkv_rope_store_kernel,rope_kernel,store_kv_kernel,add_rms_norm_kernel,rms_norm_kernel,swiglu_kernel,swiglu_packed_kernel
+for rep in 1 2; do
+  run default$rep
+  run rows$rep AUGUR_CUDA_STREAM=0
+done
+run skip_att AUGUR_CUDA_SKIP=$ATT
+run skip_small AUGUR_CUDA_SKIP=$SMALL
+run gemv_only AUGUR_CUDA_SKIP=$ATT,$SMALL
+run ring128 AUGUR_CUDA_STREAM_RING=128
+if [[ "${FULL:-1}" != 0 ]]; then
+  "$BIN/augur" bench --device cuda --synthetic qwen3-8b --prompt 2048 --gen 64 --batch 1,8,32,128 --context 128,8192 \
+    --json > "$LOG/full8b.json" 2> "$LOG/full8b.err" && summ "$LOG/full8b.json" full8b || tail -3 "$LOG/full8b.err"
+  for stream in 1 0; do
+    AUGUR_CUDA_STREAM=$stream timeout 150 "$BIN/augur" bench --device cuda --synthetic qwen3.5-27b --prompt 2048 \
+      --gen 32 --batch 1 --json > "$LOG/27b_$stream.json" 2> "$LOG/27b_$stream.err" &&
+      summ "$LOG/27b_$stream.json" "27b stream=$stream" || tail -3 "$LOG/27b_$stream.err"
+  done
+fi
