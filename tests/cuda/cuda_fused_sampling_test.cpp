@@ -419,7 +419,10 @@ TEST_F(CudaF16, DecodeTailEqualsUnfusedOps) {
                         Case{1, 4096, 4096, 12288, 6144, f16, f16, f16, f16},
                         Case{1, 6144, 5120, 17408, 16480, bf16, bf16, bf16, bf16}}) {
     SCOPED_TRACE(testing::Message() << "M=" << c.M << " Ka=" << c.Ka << " D=" << c.D << " F=" << c.F << " N=" << c.N);
-    ASSERT_TRUE(decode_tail_fits(c.M, c.Ka, c.D, c.F, c.N));
+    for (int variant : {1, 2}) {
+      detail::decode_tail_variant() = variant;
+      ASSERT_TRUE(decode_tail_fits(c.M, c.Ka, c.D, c.F, c.N)) << "variant " << variant;
+    }
     auto weights = [&](int64_t n, Half t) {
       std::vector<uint16_t> w(static_cast<size_t>(n));
       std::uniform_real_distribution<float> u(-0.05f, 0.05f);
@@ -456,11 +459,17 @@ TEST_F(CudaF16, DecodeTailEqualsUnfusedOps) {
         if (std::fabs(got[i] - want[i]) > 2e-6f * scale + 1e-7f) return;
         exact += got[i] == want[i];
       }
-      if (run == 0) std::printf("  decode_tail M=%lld D=%lld F=%lld N=%lld %s: %zu of %zu bit-equal\n",
-                                (long long)c.M, (long long)c.D, (long long)c.F, (long long)c.N, what, exact, want.size());
+      if (run == 0 || run == 4)
+        std::printf("  decode_tail (%s) M=%lld D=%lld F=%lld N=%lld %s: %zu of %zu bit-equal\n",
+                    run == 0 ? "persistent" : "chain", (long long)c.M, (long long)c.D, (long long)c.F, (long long)c.N,
+                    what, exact, want.size());
     };
-    for (int run = 0; run < 4; ++run) {
-      detail::decode_tail_depth() = std::min(6 + 2 * run, 10);  // every ring depth, the last twice
+    // Runs 0-3: the persistent kernel at every ring depth, the last twice;
+    // runs 4-5: the stream chain (its GEMVs sum in another order than
+    // rows_kernel, its norm in another than add_rms_norm: float noise).
+    for (int run = 0; run < 6; ++run) {
+      detail::decode_tail_variant() = run < 4 ? 1 : 2;
+      detail::decode_tail_depth() = std::min(6 + 2 * run, 10);
       dx.upload(x);
       o.poison(), act.poison(), out.poison(), y.poison();
       DecodeTail t;
@@ -477,10 +486,18 @@ TEST_F(CudaF16, DecodeTailEqualsUnfusedOps) {
     }
     detail::decode_tail_depth() = 0;
   }
-  EXPECT_FALSE(decode_tail_fits(3, 256, 256, 256));  // batches past 2 rows stay unfused
-  EXPECT_FALSE(decode_tail_fits(1, 100, 256, 256));  // rows not in 16-byte runs
-  EXPECT_FALSE(decode_tail_fits(1, 256, 256, 1 << 20));  // the staged input exceeds shared memory
-  EXPECT_FALSE(decode_tail_fits(1, 256, 256, 256, 6));   // the next projection in whole 4-row tiles
+  for (int variant : {1, 2}) {
+    detail::decode_tail_variant() = variant;
+    EXPECT_FALSE(decode_tail_fits(3, 256, 256, 256));      // batches past 2 rows stay unfused
+    EXPECT_FALSE(decode_tail_fits(1, 100, 256, 256));      // rows not in 16-byte runs
+    EXPECT_FALSE(decode_tail_fits(1, 256, 256, 1 << 20));  // the staged input exceeds shared memory
+  }
+  detail::decode_tail_variant() = 1;
+  EXPECT_FALSE(decode_tail_fits(1, 256, 256, 256, 6));  // the next projection in whole 4-row tiles
+  detail::decode_tail_variant() = 2;
+  EXPECT_TRUE(decode_tail_fits(1, 256, 256, 256, 6));        // a GEMV takes any row count
+  EXPECT_FALSE(decode_tail_fits(1, 20000, 256, 256, 0));     // K past the stream kernel's 18432
+  detail::decode_tail_variant() = -1;
 }
 
 // ---- sampling -----------------------------------------------------------------------

@@ -19,8 +19,11 @@
 // f32 expression, the same shuffle reduction); the norm repeats
 // add_rms_norm_kernel's partial sums and reduction tree; SwiGLU is silu_mul.
 //
-// Off by default (decode_tail_enabled): faster than the unfused kernels alone,
-// slower inside the decode step so far (docs/benchmarks.md, fifth session).
+// Opt-in (AUGUR_CUDA_DECODE_TAIL=1): faster than the unfused kernels alone,
+// slower inside the decode step (docs/benchmarks.md, fifth session). The
+// default is the stream chain (decode_tail_chain below): the same arithmetic
+// as four stream GEMVs with the norm, SwiGLU and residual adds fused into
+// their ends, so no small kernel stops the weight stream.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -527,25 +530,78 @@ int& decode_tail_depth() {
   static int d = 0;
   return d;
 }
+int& decode_tail_variant() {
+  static int v = -1;
+  return v;
+}
 }  // namespace detail
 
-// Off unless AUGUR_CUDA_DECODE_TAIL=1: alone the kernel beats the unfused
-// kernels (Qwen3-8B M = 1: 89.5 vs 93.2 us a layer), but inside the decode
-// step it measured slower (4.81 vs 4.67 ms; docs/cuda_kernels.md).
-// AUGUR_CUDA_TAIL_NEXT=0 leaves the next projection out.
-bool decode_tail_enabled(bool with_next) {
-  static const bool on = [] {
+namespace {
+
+// The persistent kernel: alone it beats the unfused kernels (Qwen3-8B M = 1:
+// 89.5 vs 93.2 us a layer), but inside the decode step it measured slower
+// (4.81 vs 4.67 ms; docs/cuda_kernels.md). AUGUR_CUDA_TAIL_NEXT=0 leaves its
+// next projection out.
+// Which tail: detail::decode_tail_variant() if set (tests), else
+// AUGUR_CUDA_DECODE_TAIL: 0 none (the unfused ops), 1 the persistent kernel,
+// 2 (default) the stream chain, where the stream GEMV is on.
+int tail_variant() {
+  if (detail::decode_tail_variant() >= 0) return detail::decode_tail_variant();
+  static const int v = [] {
     const char* e = std::getenv("AUGUR_CUDA_DECODE_TAIL");
-    return e != nullptr && std::atoi(e) != 0;
+    return e != nullptr ? std::atoi(e) : 2;
   }();
+  return v == 2 && !detail::stream_gemv_enabled() ? 0 : v;
+}
+
+bool chain_fits(int64_t M, int64_t Ka, int64_t D, int64_t F, int64_t N_next) {
+  return detail::stream_gemv_fits(M, Ka, D) && detail::stream_gemv_fits(M, D, 2 * F, true) &&
+         detail::stream_gemv_fits(M, F, D) && (N_next == 0 || detail::stream_gemv_fits(M, D, N_next));
+}
+
+// The tail as four stream GEMVs, each end fused:
+//   x += a · w_outᵀ                          (Accumulate)
+//   act = swiglu(gate_up · rms_norm(x) * g)   (norm in, SwiGLU out)
+//   out = act · downᵀ, with next also x += out (Accumulate, y2 = out)
+//   y_next = w_next · rms_norm(x) * g_next    (norm in)
+void decode_tail_chain(const DecodeTail& t, Stream s) {
+  using detail::StreamEpi;
+  const bool next = t.n_next > 0;
+  detail::StreamGemv o;
+  o.x = t.a, o.M = t.M, o.K = t.Ka, o.ldx = t.Ka, o.w = t.w_out, o.wt = t.w_out_t, o.N = t.D;
+  o.y = t.x, o.ldy = t.D, o.epi = StreamEpi::Accumulate;
+  detail::stream_gemv(o, s);
+  detail::StreamGemv gu;
+  gu.x = t.x, gu.M = t.M, gu.K = t.D, gu.ldx = t.D, gu.w = t.gate_up, gu.wt = t.gate_up_t, gu.N = 2 * t.F;
+  gu.y = t.act, gu.ldy = t.F, gu.epi = StreamEpi::SwiGLU, gu.norm = true, gu.g = t.g, gu.eps = t.eps;
+  detail::stream_gemv(gu, s);
+  detail::StreamGemv dn;
+  dn.x = t.act, dn.M = t.M, dn.K = t.F, dn.ldx = t.F, dn.w = t.down, dn.wt = t.down_t, dn.N = t.D, dn.ldy = t.D;
+  if (next)
+    dn.y = t.x, dn.epi = StreamEpi::Accumulate, dn.y2 = t.out;
+  else
+    dn.y = t.out;
+  detail::stream_gemv(dn, s);
+  if (!next) return;
+  detail::StreamGemv nx;
+  nx.x = t.x, nx.M = t.M, nx.K = t.D, nx.ldx = t.D, nx.w = t.w_next, nx.wt = t.w_next_t, nx.N = t.n_next;
+  nx.y = t.y_next, nx.ldy = t.n_next, nx.norm = true, nx.g = t.g_next, nx.eps = t.eps;
+  detail::stream_gemv(nx, s);
+}
+
+}  // namespace
+
+bool decode_tail_enabled(bool with_next) {
   static const bool next = [] {
     const char* e = std::getenv("AUGUR_CUDA_TAIL_NEXT");
     return e == nullptr || std::atoi(e) != 0;
   }();
-  return on && (!with_next || next);
+  const int v = tail_variant();
+  return v == 2 || (v == 1 && (!with_next || next));
 }
 
 bool decode_tail_fits(int64_t M, int64_t Ka, int64_t D, int64_t F, int64_t N_next) {
+  if (tail_variant() == 2) return chain_fits(M, Ka, D, F, N_next);
   // Rows of 16-byte runs; whole 4-row tiles (gate/up: pairs of rows).
   if (M < 1 || M > 2 || Ka <= 0 || D <= 0 || F <= 0 || N_next < 0) return false;
   if (Ka % 8 != 0 || D % 8 != 0 || F % 8 != 0 || N_next % kR != 0) return false;
@@ -556,6 +612,13 @@ bool decode_tail_fits(int64_t M, int64_t Ka, int64_t D, int64_t F, int64_t N_nex
 
 void decode_tail(const DecodeTail& t, Stream s) {
   const bool next = t.n_next > 0;
+  if (tail_variant() == 2) {
+    if (!chain_fits(t.M, t.Ka, t.D, t.F, t.n_next))
+      fail("[cuda] decode_tail: M ", t.M, ", K ", t.Ka, ", D ", t.D, ", F ", t.F, ", next ", t.n_next,
+           " do not fit the stream chain");
+    decode_tail_chain(t, s);
+    return;
+  }
   if (!decode_tail_fits(t.M, t.Ka, t.D, t.F, t.n_next))
     fail("[cuda] decode_tail: M ", t.M, ", K ", t.Ka, ", D ", t.D, ", F ", t.F, ", next ", t.n_next, " do not fit");
   const void* ptrs[] = {t.a, t.w_out, t.x, t.g, t.gate_up, t.down, t.o, t.act, t.out};

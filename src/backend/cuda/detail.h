@@ -35,6 +35,34 @@ int& skinny_variant();
 // The split-K factor skinny_matmul picks (0 if it takes the generic kernel).
 int skinny_splits(int64_t M, int64_t K, int64_t N);
 
+// The stream GEMV (gemv.cu, M <= 2) with the decode step's fused ends:
+//   y = f(x) · wᵀ, f(x) = x, or rms_norm(x) * g when norm (x: the residual);
+//   Store: y = the product; Accumulate: y += it (the residual), and y2 = it
+//   when y2 is given (row stride ldy too); SwiGLU: w is a fused gate/up
+//   [N, K] (the gate's N / 2 rows, then the up's) and y[m, i] = silu(gate_i)
+//   * up_i, y: [M, N / 2].
+// x: [M, K] f32 (row stride ldx); w: [N, K] half.
+enum class StreamEpi { Store, Accumulate, SwiGLU };
+struct StreamGemv {
+  const float* x = nullptr;
+  int64_t M = 0, K = 0, ldx = 0;
+  const half_bits* w = nullptr;
+  Half wt = Half::BF16;
+  int64_t N = 0;
+  float* y = nullptr;
+  int64_t ldy = 0;
+  StreamEpi epi = StreamEpi::Store;
+  float* y2 = nullptr;
+  bool norm = false;
+  const float* g = nullptr;  // [K] f32
+  float eps = 0;
+};
+// Shapes it takes: M <= 2, K % 8 == 0 up to 18432; SwiGLU: N % 4 == 0.
+bool stream_gemv_fits(int64_t M, int64_t K, int64_t N, bool swiglu = false);
+// AUGUR_CUDA_STREAM != 0 (default on): the engine uses it for M <= 2.
+bool stream_gemv_enabled();
+void stream_gemv(const StreamGemv& q, Stream s);
+
 // The block size of add_rms_norm_kernel for rows of D (decode_tail.cu repeats
 // its reduction order).
 int add_rms_norm_threads(int64_t D);
@@ -42,6 +70,9 @@ int add_rms_norm_threads(int64_t D);
 // decode_tail's ring depth (slots a warp: 6, 8 or 10) for the benchmark's
 // sweeps; 0 (default): AUGUR_CUDA_TAIL_DEPTH or 6.
 int& decode_tail_depth();
+// decode_tail's implementation for tests: -1 (default) AUGUR_CUDA_DECODE_TAIL,
+// 1 the persistent kernel, 2 the stream chain.
+int& decode_tail_variant();
 
 // cuBLASLt on x already in bf16 (xb: [M, K] contiguous). algo < 0: the best
 // heuristic result (cached per shape); otherwise the algo-th heuristic result.

@@ -16,12 +16,16 @@
 // deterministic, counters left at zero for the next launch or graph replay.
 #include <algorithm>
 #include <cstdlib>
+#include <type_traits>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/detail.h"
 
 namespace augur::cuda {
 namespace {
+
+using detail::StreamEpi;
+using detail::StreamGemv;
 
 constexpr int kWarps = 4;             // warps per block: 4 row tiles sharing one K range (x hits L1)
 constexpr int kChunk = 256;           // K granularity of a split (partial passes are predicated)
@@ -167,10 +171,16 @@ __global__ void __launch_bounds__(kWarps * 32)
 // consumer thread releases a slot itself: racecheck sees no order between a
 // warp's reads and the next bulk copy when only lane 0 arrives after a
 // __syncwarp (AUGUR_CUDA_STREAM_ARRIVE=0 measures that variant).
+// Fused ends (StreamGemv, the decode step's block tail): NORM takes x as the
+// residual stream and multiplies by rms_norm(x) * g, each block reducing all
+// of x (it holds all of it); epi StreamEpi::Accumulate adds into y (the
+// residual) and optionally stores the product in y2 as well; SwiGLU reads the
+// rows of a fused gate/up matrix in 4-row groups (gate rows 2u, 2u+1, up rows
+// F+2u, F+2u+1; F = N / 2) and stores silu(gate) * up: y[m, 2u + i].
 // x: [M, K] f32 (row stride ldx, K <= MAXC * kStreamK); w: [N, K] half (K % 8
-// == 0, 16-byte aligned); y: [M, N] f32 (row stride ldy); smem: slots x
-// [kStreamRows][kStreamK] half, then full[slots], empty[slots] mbarriers,
-// then red[2][consumers][kStreamRows * MR].
+// == 0, 16-byte aligned); y: [M, N] f32 (row stride ldy; [M, N / 2] for
+// SwiGLU); smem: slots x [kStreamRows][kStreamK] half, then full[slots],
+// empty[slots] mbarriers, then red[2][consumers][kStreamRows * MR].
 constexpr int kStreamRows = 4;
 constexpr int kStreamConsumers = 8;
 constexpr int kStreamThreads = (kStreamConsumers + 1) * 32;
@@ -182,23 +192,37 @@ constexpr size_t stream_header_bytes(int slots) {
   return size_t(2 * slots) * sizeof(uint64_t) + size_t(2 * kStreamConsumers * kStreamRows * MR) * sizeof(float);
 }
 
-template <int MR, int MAXC, bool F16>
+// The plain instantiation (Store, no NORM) keeps the arguments it had before
+// the fused ends: with the ends as runtime choices in a struct argument the
+// plain GEMV measured 0.39 ms slower a step (4.572 against 4.183 ms, same
+// call, Qwen3-8B batch 1), for a reason not found.
+template <int MR, int MAXC, bool F16, StreamEpi EPI, bool NORM>
 __global__ void __launch_bounds__(kStreamThreads, 1)
     stream_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
-                  float* __restrict__ y, int64_t ldy, int slots, bool thread_arrive, bool interleave) {
+                  float* __restrict__ y, int64_t ldy, int slots, bool thread_arrive, bool interleave,
+                  const float* __restrict__ g_norm, float eps, float* __restrict__ y2) {
+  constexpr bool swiglu = EPI == StreamEpi::SwiGLU;
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr int R = kStreamRows, KC = kStreamK;
   uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(slots) * R * KC * sizeof(uint16_t));
   uint64_t* empty = full + slots;
-  float* red = reinterpret_cast<float*>(empty + slots);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  // This block's rows: row(j) = base + stride * j, j < n_rows.
+  // This block's units: u(i) = base + stride * i, i < n_units. A unit is a
+  // row, or for SwiGLU a 4-row group: gate rows 2u, 2u + 1, up rows F + 2u, F + 2u + 1.
   const int G = int(gridDim.x), blk = int(blockIdx.x);
-  const int base = interleave ? blk : int(int64_t(N) * blk / G);
+  const int F = N / 2, units = swiglu ? F / 2 : N;
+  const int base = interleave ? blk : int(int64_t(units) * blk / G);
   const int stride = interleave ? G : 1;
-  const int n_rows = interleave ? (N - blk + G - 1) / G : int(int64_t(N) * (blk + 1) / G) - base;
-  auto row_of = [&](int j) { return int64_t(base) + int64_t(stride) * j; };
+  const int n_units = interleave ? (units - blk + G - 1) / G : int(int64_t(units) * (blk + 1) / G) - base;
+  const int n_rows = swiglu ? 4 * n_units : n_units;
+  auto unit_of = [&](int i) { return int64_t(base) + int64_t(stride) * i; };
+  auto row_of = [&](int j) {
+    if (!swiglu) return unit_of(j);
+    const int64_t u = unit_of(j / 4);
+    const int r = j % 4;
+    return r < 2 ? 2 * u + r : F + 2 * u + (r - 2);
+  };
   const int n_chunks = (K + KC - 1) / KC;
   const int n_groups = (n_rows + R - 1) / R;
   const int n_stages = n_groups * n_chunks;
@@ -227,6 +251,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   pdl_wait();
   pdl_launch_dependents();
   const int kt = threadIdx.x * 8;  // this thread's columns of a chunk
+  float* red = reinterpret_cast<float*>(empty + slots);
   float xr[MAXC][MR][8];
 #pragma unroll
   for (int c = 0; c < MAXC; ++c)
@@ -241,6 +266,43 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
       xr[c][m][0] = a.x, xr[c][m][1] = a.y, xr[c][m][2] = a.z, xr[c][m][3] = a.w;
       xr[c][m][4] = b.x, xr[c][m][5] = b.y, xr[c][m][6] = b.z, xr[c][m][7] = b.w;
     }
+  if constexpr (NORM) {
+    // x * rsqrt(mean(x^2) + eps) * g, the sum of squares over all of x: warp
+    // sums, then the warps' in order, in red's second half (the first group's
+    // end writes the first; the second's only after every thread has passed
+    // that group's barrier, so after reading these).
+    float* rn = red + kStreamConsumers * kStreamRows * MR;
+    float inv[MR];
+#pragma unroll
+    for (int m = 0; m < MR; ++m) {
+      float ss = 0.f;
+#pragma unroll
+      for (int c = 0; c < MAXC; ++c)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ss += xr[c][m][e] * xr[c][m][e];
+      ss = warp_sum(ss);
+      if (lane == 0) rn[warp * MR + m] = ss;
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(kStreamConsumers * 32) : "memory");
+#pragma unroll
+    for (int m = 0; m < MR; ++m) {
+      float ss = 0.f;
+      for (int q = 0; q < kStreamConsumers; ++q) ss += rn[q * MR + m];
+      inv[m] = 1.0f / sqrtf(ss / float(K) + eps);
+    }
+#pragma unroll
+    for (int c = 0; c < MAXC; ++c) {
+      const int k = c * KC + kt;
+      if (k >= K) continue;
+      const float4 g0 = __ldg(reinterpret_cast<const float4*>(g_norm + k));
+      const float4 g1 = __ldg(reinterpret_cast<const float4*>(g_norm + k + 4));
+      const float gv[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+      for (int m = 0; m < MR; ++m)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) xr[c][m][e] = gv[e] * (xr[c][m][e] * inv[m]);
+    }
+  }
   int slot = 0;
   uint32_t phase = 0;
   for (int g = 0; g < n_groups; ++g) {
@@ -289,12 +351,27 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
         if (lane == 0) rg[warp * R * MR + r * MR + m] = v;
       }
     asm volatile("bar.sync 1, %0;" ::"n"(kStreamConsumers * 32) : "memory");
-    if (warp == 0 && lane < R * MR) {
+    if constexpr (swiglu) {
+      if (warp == 0) {  // lanes (r, m) and (r + 2, m): the gate and up of output 2u + r
+        const int r = lane / MR, m = lane % MR;
+        float sum = 0.f;
+        if (lane < R * MR)
+          for (int q = 0; q < kStreamConsumers; ++q) sum += rg[q * R * MR + lane];
+        const float up = __shfl_down_sync(0xffffffffu, sum, 2 * MR);
+        if (r < 2 && m < M) y[int64_t(m) * ldy + 2 * unit_of(g) + r] = silu_mul(sum, up);
+      }
+    } else if (warp == 0 && lane < R * MR) {
       const int r = lane / MR, m = lane % MR;
       if (r < rows && m < M) {
         float sum = 0.f;
         for (int q = 0; q < kStreamConsumers; ++q) sum += rg[q * R * MR + lane];
-        y[int64_t(m) * ldy + row_of(g * R + r)] = sum;
+        const int64_t at = int64_t(m) * ldy + row_of(g * R + r);
+        if constexpr (EPI == StreamEpi::Accumulate) {
+          y[at] += sum;
+          if (y2 != nullptr) y2[at] = sum;
+        } else {
+          y[at] = sum;
+        }
       }
     }
   }
@@ -366,35 +443,75 @@ const Tuning& tuning() {
 
 // The stream kernel for M <= 2 (MR = 1 or 2) and K <= kStreamMaxChunks stages'
 // columns: as many 16 KB stages as the ring holds.
-template <int MR, int MAXC, bool F16>
-void launch_stream(const float* x, int64_t M, int64_t K, int64_t ldx, const uint16_t* w, int64_t N, float* y,
-                   int64_t ldy, Stream s, int sm_count, bool interleave) {
-  const Tuning& tu = tuning();
+struct StreamLaunch {
+  const StreamGemv& q;
+  int slots, grid;
+  bool thread_arrive, interleave;
+};
+
+template <int MR, int MAXC, bool F16, StreamEpi EPI, bool NORM>
+void launch_stream(const StreamLaunch& l, Stream s) {
   constexpr size_t stage = size_t(kStreamRows) * kStreamK * sizeof(uint16_t);
-  const int slots = std::max(2, int(size_t(tu.stream_ring_kb) * 1024 / stage));
-  const size_t smem = size_t(slots) * stage + stream_header_bytes<MR>(slots);
-  auto kernel = stream_kernel<MR, MAXC, F16>;
+  const size_t smem = size_t(l.slots) * stage + stream_header_bytes<MR>(l.slots);
+  auto kernel = stream_kernel<MR, MAXC, F16, EPI, NORM>;
   static size_t granted = 0;  // per instantiation: the dynamic smem the attribute allows
   if (smem > granted) {
     AUGUR_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     granted = smem;
   }
-  launch("stream_kernel", kernel, dim3(unsigned(std::min<int64_t>(sm_count, N))), dim3(kStreamThreads), smem, s, x,
-         int(M), int(K), ldx, w, int(N), y, ldy, slots, tu.stream_thread_arrive, interleave);
+  const StreamGemv& q = l.q;
+  launch("stream_kernel", kernel, dim3(unsigned(l.grid)), dim3(kStreamThreads), smem, s, q.x, int(q.M), int(q.K),
+         q.ldx, reinterpret_cast<const uint16_t*>(q.w), int(q.N), q.y, q.ldy, l.slots, l.thread_arrive, l.interleave,
+         q.g, q.eps, q.y2);
 }
 
-template <int MR, bool F16>
-void launch_stream(const float* x, int64_t M, int64_t K, int64_t ldx, const uint16_t* w, int64_t N, float* y,
-                   int64_t ldy, Stream s, int sm_count, bool interleave) {
-  const int64_t chunks = ceil_div(K, kStreamK);
+template <int MR, bool F16, StreamEpi EPI, bool NORM>
+void launch_stream(const StreamLaunch& l, Stream s) {
+  const int64_t chunks = ceil_div(l.q.K, int64_t(kStreamK));
   if (chunks <= 2)
-    launch_stream<MR, 2, F16>(x, M, K, ldx, w, N, y, ldy, s, sm_count, interleave);
+    launch_stream<MR, 2, F16, EPI, NORM>(l, s);
   else if (chunks <= 3)
-    launch_stream<MR, 3, F16>(x, M, K, ldx, w, N, y, ldy, s, sm_count, interleave);
+    launch_stream<MR, 3, F16, EPI, NORM>(l, s);
   else if (chunks <= 6)
-    launch_stream<MR, 6, F16>(x, M, K, ldx, w, N, y, ldy, s, sm_count, interleave);
+    launch_stream<MR, 6, F16, EPI, NORM>(l, s);
   else
-    launch_stream<MR, kStreamMaxChunks, F16>(x, M, K, ldx, w, N, y, ldy, s, sm_count, interleave);
+    launch_stream<MR, kStreamMaxChunks, F16, EPI, NORM>(l, s);
+}
+
+// The combinations the engine uses: plain, Accumulate (o, down), norm +
+// SwiGLU (gate/up), norm + Store (the next projection).
+template <int MR, bool F16>
+void launch_stream(const StreamLaunch& l, Stream s) {
+  const StreamGemv& q = l.q;
+  if (q.epi == StreamEpi::SwiGLU && q.norm)
+    launch_stream<MR, F16, StreamEpi::SwiGLU, true>(l, s);
+  else if (q.epi == StreamEpi::Store && q.norm)
+    launch_stream<MR, F16, StreamEpi::Store, true>(l, s);
+  else if (q.epi == StreamEpi::Accumulate && !q.norm)
+    launch_stream<MR, F16, StreamEpi::Accumulate, false>(l, s);
+  else if (q.epi == StreamEpi::Store && !q.norm)
+    launch_stream<MR, F16, StreamEpi::Store, false>(l, s);
+  else
+    fail("[cuda] stream GEMV: this combination of norm and output is not built");
+}
+
+// Checks and launches one stream GEMV (StreamGemv in detail.h).
+void run_stream(const StreamGemv& q, Stream s, int sm_count, bool interleave) {
+  const bool swiglu = q.epi == StreamEpi::SwiGLU;
+  if (!detail::stream_gemv_fits(q.M, q.K, q.N, swiglu) || q.ldx % 4 != 0 || !aligned16(q.x) || !aligned16(q.w) ||
+      (q.norm && (q.g == nullptr || !aligned16(q.g))))
+    fail("[cuda] stream GEMV: M ", q.M, ", K ", q.K, ", N ", q.N, ", ldx ", q.ldx,
+         " (M <= 2, K % 8 == 0 up to 18432, 16-byte aligned x, w and gain; SwiGLU: N % 4 == 0)");
+  const Tuning& tu = tuning();
+  constexpr size_t stage = size_t(kStreamRows) * kStreamK * sizeof(uint16_t);
+  const int64_t units = swiglu ? q.N / 4 : q.N;
+  const StreamLaunch l{q, std::max(2, int(size_t(tu.stream_ring_kb) * 1024 / stage)),
+                       int(std::min<int64_t>(sm_count, units)), tu.stream_thread_arrive, interleave};
+  const bool f16 = q.wt == Half::F16;
+  if (q.M == 1)
+    f16 ? launch_stream<1, true>(l, s) : launch_stream<1, false>(l, s);
+  else
+    f16 ? launch_stream<2, true>(l, s) : launch_stream<2, false>(l, s);
 }
 
 // rows: weight rows per warp tile; tile_floats: partial floats per tile.
@@ -451,6 +568,19 @@ int skinny_splits(int64_t M, int64_t K, int64_t N) {
   return plan_skinny(K, N, kRows, kRows * 8, context().sm_count, 0).S;
 }
 
+bool stream_gemv_fits(int64_t M, int64_t K, int64_t N, bool swiglu) {
+  return M >= 1 && M <= 2 && K > 0 && K % 8 == 0 && K <= int64_t(kStreamMaxChunks) * kStreamK && N > 0 &&
+         N < (int64_t(1) << 30) && (!swiglu || N % 4 == 0);
+}
+
+bool stream_gemv_enabled() { return tuning().stream; }
+
+void stream_gemv(const StreamGemv& q, Stream s) {
+  if (q.M <= 0 || q.N <= 0) return;
+  const int forced = skinny_variant();
+  run_stream(q, s, context().sm_count, forced != 4 && (forced == 3 || tuning().stream_interleave));
+}
+
 void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, int64_t N,
                    float* y, int64_t ldy, Stream s, int splits, Half wt) {
   Context& c = context();
@@ -465,17 +595,12 @@ void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half
   // rows: Qwen3-8B batch 1, context 128, 4.28 ms a step against rows_kernel's
   // 4.60; Qwen3.5-27B 13.42 against 13.95 (H200, docs/benchmarks.md).
   const int forced = skinny_variant();
-  const bool stream_fits = M <= 2 && K <= int64_t(kStreamMaxChunks) * kStreamK;
+  const bool stream_fits = stream_gemv_fits(M, K, N);
   const bool stream_default = forced < 0 && splits == 0 && tuning().stream && N >= int64_t(c.sm_count) * kStreamRows;
   if (stream_fits && (forced == 3 || forced == 4 || stream_default)) {
-    const bool f16 = wt == Half::F16;
-    const bool il = forced == 3 || (forced != 4 && tuning().stream_interleave);
-    if (M == 1)
-      f16 ? launch_stream<1, true>(x, M, K, ldx, w, N, y, ldy, s, c.sm_count, il)
-          : launch_stream<1, false>(x, M, K, ldx, w, N, y, ldy, s, c.sm_count, il);
-    else
-      f16 ? launch_stream<2, true>(x, M, K, ldx, w, N, y, ldy, s, c.sm_count, il)
-          : launch_stream<2, false>(x, M, K, ldx, w, N, y, ldy, s, c.sm_count, il);
+    StreamGemv q;
+    q.x = x, q.M = M, q.K = K, q.ldx = ldx, q.w = w, q.wt = wt, q.N = N, q.y = y, q.ldy = ldy;
+    run_stream(q, s, c.sm_count, forced == 3 || (forced != 4 && tuning().stream_interleave));
     return;
   }
   const SkinnyPlan p = plan_skinny(K, N, kRows, kRows * 8, c.sm_count, splits);
