@@ -2,7 +2,7 @@
 // the kernels of backend/cuda on Qwen3-8B shapes, timed with CUDA events over
 // CUDA-graph replays (as decode runs), median of several replays.
 //
-//   cuda_bench [--quick | --skinny-sweep | --attention | --tail]
+//   cuda_bench [--quick | --skinny-sweep | --stream-epi | --attention | --tail]
 //
 // Weights are rotated over enough copies to defeat the 60 MB L2, as a forward
 // pass reads each weight once; attention rotates over 36 layers' caches.
@@ -216,6 +216,62 @@ void skinny_sweep(double bw) {
   std::printf("(copy ceiling %.0f GB/s)\n\n", bw);
 }
 
+// The stream GEMV's fused ends (detail::StreamGemv) against the plain one on
+// the decode tail's shapes, M = 1: us (GB/s of weights). "swiglu F+64" moves
+// the up rows 64 rows further from the gate rows (an address-aliasing check).
+void stream_epi_sweep(double bw) {
+  using augur::cuda::detail::StreamEpi;
+  using augur::cuda::detail::StreamGemv;
+  struct EpiShape {
+    const char* name;
+    int64_t N, K;
+    bool gate_up;
+  };
+  const EpiShape shapes[] = {{"8b qkv 6144x4096", 6144, 4096, false},      {"8b o 4096x4096", 4096, 4096, false},
+                             {"8b gate_up 24576x4096", 24576, 4096, true}, {"8b down 4096x12288", 4096, 12288, false},
+                             {"27b in_all 16480x5120", 16480, 5120, false}, {"27b gate_up 34816x5120", 34816, 5120, true},
+                             {"27b down 5120x17408", 5120, 17408, false}};
+  std::printf("== stream GEMV ends, M = 1: us (GB/s) ==\n");
+  Buf<float> x(size_t(17408)), g(size_t(17408)), y(size_t(2) * 40000), y2(size_t(2) * 40000);
+  rand_f32(x.p, x.n, 1);
+  rand_f32(g.p, g.n, 2);
+  for (const EpiShape& sh : shapes) {
+    const int64_t pad = sh.gate_up ? 128 : 0;  // room for the F+64 layout
+    const size_t wn = size_t((sh.N + pad) * sh.K), bytes = size_t(sh.N * sh.K) * 2;
+    const int copies = int(std::clamp<size_t>((size_t(1) << 30) / bytes, 2, 64));
+    Buf<uint16_t> w(size_t(copies) * wn);
+    rand_bf16(w.p, w.n, 3);
+    auto time = [&](StreamEpi epi, bool norm, int64_t N) {
+      return time_graph([&](Stream s) {
+               for (int c = 0; c < copies; ++c) {
+                 StreamGemv q;
+                 q.x = x.p, q.M = 1, q.K = sh.K, q.ldx = sh.K, q.w = w.p + size_t(c) * wn, q.N = N;
+                 q.y = y.p, q.ldy = epi == StreamEpi::SwiGLU ? N / 2 : N, q.epi = epi, q.norm = norm, q.g = g.p;
+                 q.eps = 1e-6f;
+                 if (epi == StreamEpi::Accumulate) q.y2 = y2.p;
+                 augur::cuda::detail::stream_gemv(q, s);
+               }
+             }) /
+             copies;
+    };
+    auto show = [&](const char* what, double ms) {
+      std::printf("  %s %.1f (%.0f)", what, ms * 1e3, double(bytes) / (ms * 1e-3) / 1e9);
+    };
+    std::printf("%-24s", sh.name);
+    show("plain", time(StreamEpi::Store, false, sh.N));
+    show("norm", time(StreamEpi::Store, true, sh.N));
+    if (sh.gate_up) {
+      show("norm+swiglu", time(StreamEpi::SwiGLU, true, sh.N));
+      show("swiglu F+64", time(StreamEpi::SwiGLU, true, sh.N + 128));
+      show("plain again", time(StreamEpi::Store, false, sh.N));
+    } else {
+      show("accumulate", time(StreamEpi::Accumulate, false, sh.N));
+    }
+    std::printf("\n");
+  }
+  std::printf("(copy ceiling %.0f GB/s)\n\n", bw);
+}
+
 // The end of a decoder block at decode (w_out, add + norm, gate/up, SwiGLU,
 // down) as the unfused kernels and as decode_tail at each ring depth, over
 // rotated copies of a layer's weights: us a layer and GB/s of weights.
@@ -296,6 +352,10 @@ int main(int argc, char** argv) {
   const double bw = copy_bandwidth();
   std::printf("ceiling: %.0f GB/s\n\n", bw);
   const bool attention_only = argc > 1 && std::strcmp(argv[1], "--attention") == 0;
+  if (argc > 1 && std::strcmp(argv[1], "--stream-epi") == 0) {
+    stream_epi_sweep(bw);
+    return 0;
+  }
   if (argc > 1 && std::strcmp(argv[1], "--skinny-sweep") == 0) {
     skinny_sweep(bw);
     return 0;

@@ -17,3 +17,5 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt.so.13'; then
     echo "warning: libcublasLt.so.13 not found (nvidia.cublas: '${d}')"
   fi
 fi
+# AUGUR_CUDA_TIMELINE's CUPTI: the bundle's copy.
+if [[ -e "$BIN/libcupti.so.13" ]]; then export AUGUR_CUDA_CUPTI=${AUGUR_CUDA_CUPTI:-$(cd "$BIN" && pwd)/libcupti.so.13}; fi

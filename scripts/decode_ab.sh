@@ -5,7 +5,8 @@
 # default measured in the same call, and the full benchmarks.
 #   here: bash scripts/build_cuda_bundle.sh
 #   device: bash scripts/decode_ab.sh        carry: [".dev"]
-# QUICK=1 skips the tests, SWEEP=1 adds the per-matrix sweep, FULL=0 skips
+# QUICK=1 skips the tests, SWEEP=1 adds the per-matrix sweep, EPI=0 skips the
+# fused ends' sweep, EXTRA=1 adds rows_kernel and a 128 KB ring, FULL=0 skips
 # the full benchmarks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,11 +16,14 @@ if [[ "${QUICK:-0}" == 0 ]]; then
   SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer)
   # racecheck on the decode_tail test's large shapes runs past any limit.
   for tool in memcheck racecheck; do
-    filter='CudaMatmul.StreamKernelShapes:CudaMatmul.Deterministic'
+    filter='CudaMatmul.StreamKernelShapes:CudaMatmul.StreamFusedEnds:CudaMatmul.Deterministic'
     [[ $tool == memcheck ]] && filter+=':CudaF16.DecodeTailEqualsUnfusedOps'
     timeout 120 "$SAN" --tool $tool "$BIN/test_cuda" --gtest_brief=1 --gtest_filter="$filter" > "$LOG/san_$tool.txt" 2>&1
     echo "$tool: $(tail -1 "$LOG/san_$tool.txt")"
   done
+fi
+if [[ "${EPI:-1}" != 0 ]]; then
+  timeout 150 "$BIN/cuda_bench" --stream-epi 2>&1 | grep -A20 '== stream'
 fi
 if [[ "${SWEEP:-0}" != 0 ]]; then
   timeout 150 "$BIN/cuda_bench" --skinny-sweep > "$LOG/sweep.txt" 2>&1
@@ -47,8 +51,10 @@ for rep in 1 2; do
   run default$rep
   run tail0_$rep AUGUR_CUDA_DECODE_TAIL=0
 done
-run rows AUGUR_CUDA_STREAM=0
-run ring128 AUGUR_CUDA_STREAM_RING=128
+if [[ "${EXTRA:-0}" != 0 ]]; then
+  run rows AUGUR_CUDA_STREAM=0
+  run ring128 AUGUR_CUDA_STREAM_RING=128
+fi
 run skip_att AUGUR_CUDA_SKIP=$ATT
 run skip_small AUGUR_CUDA_SKIP=$SMALL
 if [[ "${FULL:-1}" != 0 ]]; then

@@ -288,6 +288,77 @@ TEST_F(CudaMatmul, StreamKernelShapes) {
         }
 }
 
+// The stream GEMV's fused ends (detail::StreamGemv) against the CPU: the norm
+// in front, Accumulate (with y2) and SwiGLU behind, on shapes that end mid-stage
+// and mid-group, with fewer units than SMs, both row layouts.
+TEST_F(CudaMatmul, StreamFusedEnds) {
+  using detail::StreamEpi;
+  std::mt19937 rng(13);
+  const std::pair<StreamEpi, bool> ends[] = {
+      {StreamEpi::Store, true}, {StreamEpi::Accumulate, false}, {StreamEpi::SwiGLU, true}};
+  for (const int variant : {3, 4})
+    for (int64_t M : {1, 2})
+      for (auto kn : std::vector<std::pair<int64_t, int64_t>>{
+               {4104, 1062}, {5120, 2062}, {8, 140}, {2048, 258}, {24, 2}, {12288, 8198}})
+        for (const auto& [epi, norm] : ends) {
+          const int64_t K = kn.first, N = kn.second, F = N / 2;
+          std::vector<float> x = randn(size_t(M * K), rng), g = randn(size_t(K), rng);
+          std::vector<float> y0 = randn(size_t(M * N), rng);
+          std::vector<uint16_t> w = rand_bf16(size_t(N * K), rng);
+          // The reference: xin = x or rms_norm(x) * g; p = xin · wᵀ.
+          std::vector<float> xin(x), wf(w.size()), p(size_t(M * N));
+          if (norm)
+            for (int64_t m = 0; m < M; ++m) {
+              double ss = 0;
+              for (int64_t k = 0; k < K; ++k) ss += double(x[m * K + k]) * x[m * K + k];
+              const float inv = float(1.0 / std::sqrt(ss / double(K) + 1e-6));
+              for (int64_t k = 0; k < K; ++k) xin[m * K + k] = g[k] * (x[m * K + k] * inv);
+            }
+          for (size_t i = 0; i < w.size(); ++i) wf[i] = bf16_to_f32(w[i]);
+          cpu::matmul(xin.data(), M, K, K, wf.data(), DType::F32, N, p.data(), N, ThreadPool::global());
+          std::vector<float> want_y, want_y2;
+          if (epi == StreamEpi::SwiGLU) {
+            for (int64_t m = 0; m < M; ++m)
+              for (int64_t f = 0; f < F; ++f) {
+                const float gt = p[m * N + f], up = p[m * N + F + f];
+                want_y.push_back(gt / (1.0f + std::exp(-gt)) * up);
+              }
+          } else if (epi == StreamEpi::Accumulate) {
+            want_y = y0, want_y2 = p;
+            for (size_t i = 0; i < p.size(); ++i) want_y[i] += p[i];
+          } else {
+            want_y = p;
+          }
+          Dev<float> dx(x), dg(g), dy(want_y.size()), dy2(p.size());
+          Dev<uint16_t> dw(w);
+          if (epi == StreamEpi::Accumulate)
+            dy.upload(y0);
+          else
+            dy.poison();
+          dy2.poison();
+          detail::StreamGemv q;
+          q.x = dx.get(), q.M = M, q.K = K, q.ldx = K, q.w = dw.get(), q.N = N, q.y = dy.get();
+          q.ldy = epi == StreamEpi::SwiGLU ? F : N, q.epi = epi, q.norm = norm, q.g = dg.get(), q.eps = 1e-6f;
+          if (epi == StreamEpi::Accumulate) q.y2 = dy2.get();
+          ASSERT_TRUE(detail::stream_gemv_fits(M, K, N, epi == StreamEpi::SwiGLU));
+          detail::skinny_variant() = variant;
+          detail::stream_gemv(q, stream());
+          detail::skinny_variant() = -1;
+          const std::string what = "variant " + std::to_string(variant) + " M " + std::to_string(M) + " K " +
+                                   std::to_string(K) + " N " + std::to_string(N) + " epi " +
+                                   std::to_string(int(epi)) + " norm " + std::to_string(norm);
+          const ErrStats e = compare(dy.download(), want_y);
+          EXPECT_TRUE(e.all_finite) << what;
+          EXPECT_LE(e.rel_l2, 1e-5) << what;
+          if (epi == StreamEpi::Accumulate) {
+            const ErrStats e2 = compare(dy2.download(), want_y2);
+            EXPECT_TRUE(e2.all_finite) << what << " (y2)";
+            EXPECT_LE(e2.rel_l2, 1e-5) << what << " (y2)";
+          }
+        }
+  EXPECT_FALSE(detail::stream_gemv_fits(1, 4096, 1031, true));  // SwiGLU needs gate and up halves
+}
+
 TEST_F(CudaMatmul, TensorCorePath) {
   uint32_t seed = 200;
   for (int64_t M : {17, 33, 64, 130})

@@ -149,6 +149,7 @@ __device__ __forceinline__ void pdl_entry() {
 
 bool pdl_enabled();  // context.cu: AUGUR_CUDA_PDL != 0
 bool skip_kernel(const char* name);  // context.cu: AUGUR_CUDA_SKIP (profiling only)
+void timeline_start();               // timeline.cu: AUGUR_CUDA_TIMELINE (profiling only)
 
 template <typename... Params, typename... Args>
 void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,

@@ -40,6 +40,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 }
 
 Context::Context() {
+  timeline_start();  // before the context exists
   int n = 0;
   AUGUR_CUDA(cudaGetDeviceCount(&n));
   if (n == 0) fail("[cuda] no CUDA device found");

@@ -57,7 +57,7 @@ struct StreamGemv {
   const float* g = nullptr;  // [K] f32
   float eps = 0;
 };
-// Shapes it takes: M <= 2, K % 8 == 0 up to 18432; SwiGLU: N % 4 == 0.
+// Shapes it takes: M <= 2, K % 8 == 0 up to 18432; SwiGLU: N even, N / 2 <= 65536.
 bool stream_gemv_fits(int64_t M, int64_t K, int64_t N, bool swiglu = false);
 // AUGUR_CUDA_STREAM != 0 (default on): the engine uses it for M <= 2.
 bool stream_gemv_enabled();

@@ -174,22 +174,30 @@ __global__ void __launch_bounds__(kWarps * 32)
 // Fused ends (StreamGemv, the decode step's block tail): NORM takes x as the
 // residual stream and multiplies by rms_norm(x) * g, each block reducing all
 // of x (it holds all of it); epi StreamEpi::Accumulate adds into y (the
-// residual) and optionally stores the product in y2 as well; SwiGLU reads the
-// rows of a fused gate/up matrix in 4-row groups (gate rows 2u, 2u+1, up rows
-// F+2u, F+2u+1; F = N / 2) and stores silu(gate) * up: y[m, 2u + i].
+// residual; its old values are loaded at the group's start, off the critical
+// path: loaded at the end, K = 4096 GEMVs measured 20% slower) and optionally
+// stores the product in y2 as well. SwiGLU takes a fused gate/up matrix (gate
+// rows f < F = N / 2, then up rows F + f) with output columns f as its units:
+// the block reads all its gate rows, keeping their sums in smem (stash), then
+// its up rows in the same order, and stores silu(gate) * up: y[m, f]. That is
+// the plain GEMV's read order (reading a unit's gate and up rows together,
+// two regions of the matrix at once, streamed 20% slower).
 // x: [M, K] f32 (row stride ldx, K <= MAXC * kStreamK); w: [N, K] half (K % 8
 // == 0, 16-byte aligned); y: [M, N] f32 (row stride ldy; [M, N / 2] for
 // SwiGLU); smem: slots x [kStreamRows][kStreamK] half, then full[slots],
-// empty[slots] mbarriers, then red[2][consumers][kStreamRows * MR].
+// empty[slots] mbarriers, then red[2][consumers][kStreamRows * MR], then (NORM)
+// the norm's [consumers][MR] and (SwiGLU) stash[units a block][MR].
 constexpr int kStreamRows = 4;
 constexpr int kStreamConsumers = 8;
 constexpr int kStreamThreads = (kStreamConsumers + 1) * 32;
 constexpr int kStreamK = kStreamConsumers * 32 * 8;  // 2048 columns: 8 a consumer thread
 constexpr int kStreamMaxChunks = 9;                  // K <= 18432
+constexpr int kStreamMaxSmem = 227 * 1024;           // a block's dynamic shared memory on sm_90
 
 template <int MR>
-constexpr size_t stream_header_bytes(int slots) {
-  return size_t(2 * slots) * sizeof(uint64_t) + size_t(2 * kStreamConsumers * kStreamRows * MR) * sizeof(float);
+constexpr size_t stream_header_bytes(int slots, int stash_units = 0) {
+  return size_t(2 * slots) * sizeof(uint64_t) + size_t(2 * kStreamConsumers * kStreamRows * MR) * sizeof(float) +
+         size_t(kStreamConsumers * MR + stash_units * MR) * sizeof(float);
 }
 
 // The plain instantiation (Store, no NORM) keeps the arguments it had before
@@ -208,24 +216,24 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(slots) * R * KC * sizeof(uint16_t));
   uint64_t* empty = full + slots;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  // This block's units: u(i) = base + stride * i, i < n_units. A unit is a
-  // row, or for SwiGLU a 4-row group: gate rows 2u, 2u + 1, up rows F + 2u, F + 2u + 1.
+  // This block's units: u(i) = base + stride * i, i < n_units: rows, or for
+  // SwiGLU output columns. Group g (R units' rows) of phase p = g / n_phase
+  // (SwiGLU: 0 gate rows, 1 up rows) covers units q = g % n_phase.
   const int G = int(gridDim.x), blk = int(blockIdx.x);
-  const int F = N / 2, units = swiglu ? F / 2 : N;
+  const int F = N / 2, units = swiglu ? F : N;
   const int base = interleave ? blk : int(int64_t(units) * blk / G);
   const int stride = interleave ? G : 1;
   const int n_units = interleave ? (units - blk + G - 1) / G : int(int64_t(units) * (blk + 1) / G) - base;
-  const int n_rows = swiglu ? 4 * n_units : n_units;
   auto unit_of = [&](int i) { return int64_t(base) + int64_t(stride) * i; };
-  auto row_of = [&](int j) {
-    if (!swiglu) return unit_of(j);
-    const int64_t u = unit_of(j / 4);
-    const int r = j % 4;
-    return r < 2 ? 2 * u + r : F + 2 * u + (r - 2);
-  };
+  const int n_phase = (n_units + R - 1) / R;
   const int n_chunks = (K + KC - 1) / KC;
-  const int n_groups = (n_rows + R - 1) / R;
+  const int n_groups = swiglu ? 2 * n_phase : n_phase;
   const int n_stages = n_groups * n_chunks;
+  auto group_unit = [&](int g) { return (swiglu && g >= n_phase ? g - n_phase : g) * R; };  // its first unit
+  auto row_of = [&](int g, int r) {
+    const int64_t row = unit_of(group_unit(g) + r);
+    return swiglu && g >= n_phase ? F + row : row;
+  };
   if (threadIdx.x == 0) {
     const uint32_t releases = thread_arrive ? kStreamConsumers * 32 : kStreamConsumers;
     for (int i = 0; i < slots; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], releases);
@@ -238,11 +246,11 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     for (int i = 0; i < n_stages; ++i) {
       const int slot = i % slots;
       if (i >= slots) mbar_wait(&empty[slot], uint32_t(i / slots - 1) & 1u);
-      const int j0 = i / n_chunks * R, k0 = i % n_chunks * KC;
-      const int rows = min(R, n_rows - j0), len = min(KC, K - k0);
+      const int g = i / n_chunks, k0 = i % n_chunks * KC;
+      const int rows = min(R, n_units - group_unit(g)), len = min(KC, K - k0);
       mbar_arrive_expect_tx(&full[slot], uint32_t(rows * len) * 2u);
       for (int r = 0; r < rows; ++r)
-        bulk_copy_g2s(ring + (size_t(slot) * R + r) * KC, w + row_of(j0 + r) * K + k0, uint32_t(len) * 2u,
+        bulk_copy_g2s(ring + (size_t(slot) * R + r) * KC, w + row_of(g, r) * K + k0, uint32_t(len) * 2u,
                       &full[slot]);
     }
     return;
@@ -268,10 +276,8 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     }
   if constexpr (NORM) {
     // x * rsqrt(mean(x^2) + eps) * g, the sum of squares over all of x: warp
-    // sums, then the warps' in order, in red's second half (the first group's
-    // end writes the first; the second's only after every thread has passed
-    // that group's barrier, so after reading these).
-    float* rn = red + kStreamConsumers * kStreamRows * MR;
+    // sums, then the warps' in order.
+    float* rn = red + 2 * kStreamConsumers * kStreamRows * MR;
     float inv[MR];
 #pragma unroll
     for (int m = 0; m < MR; ++m) {
@@ -303,9 +309,16 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
         for (int e = 0; e < 8; ++e) xr[c][m][e] = gv[e] * (xr[c][m][e] * inv[m]);
     }
   }
+  float* stash = red + 2 * kStreamConsumers * kStreamRows * MR + kStreamConsumers * MR;  // SwiGLU: [n_units][MR]
   int slot = 0;
   uint32_t phase = 0;
   for (int g = 0; g < n_groups; ++g) {
+    const int u0 = group_unit(g), rows = min(R, n_units - u0);
+    float old = 0.f;  // Accumulate: y's value before this kernel, loaded early
+    if constexpr (EPI == StreamEpi::Accumulate) {
+      const int r = lane / MR, m = lane % MR;
+      if (warp == 0 && lane < R * MR && r < rows && m < M) old = y[int64_t(m) * ldy + unit_of(u0 + r)];
+    }
     float acc[R][MR];
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -341,7 +354,6 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     // The group's end: warp sums, then warp 0 adds the warps' in order. red
     // alternates between two halves, so a half is rewritten only after the
     // next barrier, which warp 0 reaches after reading it.
-    const int rows = min(R, n_rows - g * R);
     float* rg = red + (g & 1) * kStreamConsumers * R * MR;
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -351,23 +363,20 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
         if (lane == 0) rg[warp * R * MR + r * MR + m] = v;
       }
     asm volatile("bar.sync 1, %0;" ::"n"(kStreamConsumers * 32) : "memory");
-    if constexpr (swiglu) {
-      if (warp == 0) {  // lanes (r, m) and (r + 2, m): the gate and up of output 2u + r
-        const int r = lane / MR, m = lane % MR;
-        float sum = 0.f;
-        if (lane < R * MR)
-          for (int q = 0; q < kStreamConsumers; ++q) sum += rg[q * R * MR + lane];
-        const float up = __shfl_down_sync(0xffffffffu, sum, 2 * MR);
-        if (r < 2 && m < M) y[int64_t(m) * ldy + 2 * unit_of(g) + r] = silu_mul(sum, up);
-      }
-    } else if (warp == 0 && lane < R * MR) {
+    if (warp == 0 && lane < R * MR) {
       const int r = lane / MR, m = lane % MR;
       if (r < rows && m < M) {
         float sum = 0.f;
         for (int q = 0; q < kStreamConsumers; ++q) sum += rg[q * R * MR + lane];
-        const int64_t at = int64_t(m) * ldy + row_of(g * R + r);
-        if constexpr (EPI == StreamEpi::Accumulate) {
-          y[at] += sum;
+        const int64_t at = int64_t(m) * ldy + unit_of(u0 + r);
+        if constexpr (swiglu) {  // the same lane (r, m) stashes the gate and later reads it
+          float& gate = stash[(u0 + r) * MR + m];
+          if (g < n_phase)
+            gate = sum;
+          else
+            y[at] = silu_mul(gate, sum);
+        } else if constexpr (EPI == StreamEpi::Accumulate) {
+          y[at] = old + sum;
           if (y2 != nullptr) y2[at] = sum;
         } else {
           y[at] = sum;
@@ -447,12 +456,13 @@ struct StreamLaunch {
   const StreamGemv& q;
   int slots, grid;
   bool thread_arrive, interleave;
+  int stash_units;  // SwiGLU: the most units (output columns) a block takes
 };
 
 template <int MR, int MAXC, bool F16, StreamEpi EPI, bool NORM>
 void launch_stream(const StreamLaunch& l, Stream s) {
   constexpr size_t stage = size_t(kStreamRows) * kStreamK * sizeof(uint16_t);
-  const size_t smem = size_t(l.slots) * stage + stream_header_bytes<MR>(l.slots);
+  const size_t smem = size_t(l.slots) * stage + stream_header_bytes<MR>(l.slots, l.stash_units);
   auto kernel = stream_kernel<MR, MAXC, F16, EPI, NORM>;
   static size_t granted = 0;  // per instantiation: the dynamic smem the attribute allows
   if (smem > granted) {
@@ -501,12 +511,18 @@ void run_stream(const StreamGemv& q, Stream s, int sm_count, bool interleave) {
   if (!detail::stream_gemv_fits(q.M, q.K, q.N, swiglu) || q.ldx % 4 != 0 || !aligned16(q.x) || !aligned16(q.w) ||
       (q.norm && (q.g == nullptr || !aligned16(q.g))))
     fail("[cuda] stream GEMV: M ", q.M, ", K ", q.K, ", N ", q.N, ", ldx ", q.ldx,
-         " (M <= 2, K % 8 == 0 up to 18432, 16-byte aligned x, w and gain; SwiGLU: N % 4 == 0)");
+         " (M <= 2, K % 8 == 0 up to 18432, 16-byte aligned x, w and gain; SwiGLU: N % 2 == 0)");
   const Tuning& tu = tuning();
   constexpr size_t stage = size_t(kStreamRows) * kStreamK * sizeof(uint16_t);
-  const int64_t units = swiglu ? q.N / 4 : q.N;
-  const StreamLaunch l{q, std::max(2, int(size_t(tu.stream_ring_kb) * 1024 / stage)),
-                       int(std::min<int64_t>(sm_count, units)), tu.stream_thread_arrive, interleave};
+  const int64_t units = swiglu ? q.N / 2 : q.N;
+  const int grid = int(std::min<int64_t>(sm_count, units));
+  const int stash = swiglu ? int(ceil_div(units, int64_t(grid))) : 0;
+  // The ring gives way to a large stash (few SMs, wide SwiGLU).
+  const size_t header = q.M == 1 ? stream_header_bytes<1>(16, stash) : stream_header_bytes<2>(16, stash);
+  const int slots = std::min(std::max(2, int(size_t(tu.stream_ring_kb) * 1024 / stage)),
+                             int((size_t(kStreamMaxSmem) - header) / stage));
+  if (slots < 2) fail("[cuda] stream GEMV: SwiGLU with N ", q.N, " on ", grid, " SMs needs too much shared memory");
+  const StreamLaunch l{q, slots, grid, tu.stream_thread_arrive, interleave, stash};
   const bool f16 = q.wt == Half::F16;
   if (q.M == 1)
     f16 ? launch_stream<1, true>(l, s) : launch_stream<1, false>(l, s);
@@ -570,7 +586,7 @@ int skinny_splits(int64_t M, int64_t K, int64_t N) {
 
 bool stream_gemv_fits(int64_t M, int64_t K, int64_t N, bool swiglu) {
   return M >= 1 && M <= 2 && K > 0 && K % 8 == 0 && K <= int64_t(kStreamMaxChunks) * kStreamK && N > 0 &&
-         N < (int64_t(1) << 30) && (!swiglu || N % 4 == 0);
+         N < (int64_t(1) << 30) && (!swiglu || (N % 2 == 0 && N / 2 <= 65536));
 }
 
 bool stream_gemv_enabled() { return tuning().stream; }
