@@ -5,9 +5,9 @@
 # default measured in the same call, and the full benchmarks.
 #   here: bash scripts/build_cuda_bundle.sh
 #   device: bash scripts/decode_ab.sh        carry: [".dev"]
-# QUICK=1 skips the tests, SWEEP=1 adds the per-matrix sweep, EPI=0 skips the
-# fused ends' sweep, EXTRA=1 adds rows_kernel and a 128 KB ring, FULL=0 skips
-# the full benchmarks.
+# QUICK=1 skips the tests, SWEEP=1 adds the per-matrix sweep, EPI=1 the fused
+# ends' sweep, EXTRA=1 rows_kernel and a 128 KB ring, SKIP_SMALL=1 a run
+# without the small kernels; FULL=0 skips the full benchmarks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/cuda_env.sh
@@ -16,13 +16,13 @@ if [[ "${QUICK:-0}" == 0 ]]; then
   SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer)
   # racecheck on the decode_tail test's large shapes runs past any limit.
   for tool in memcheck racecheck; do
-    filter='CudaMatmul.StreamKernelShapes:CudaMatmul.StreamFusedEnds:CudaMatmul.Deterministic'
+    filter='CudaMatmul.StreamKernelShapes:CudaMatmul.StreamFusedEnds:CudaMatmul.Deterministic:CudaFused.DecodeAttentionRopeEqualsUnfused'
     [[ $tool == memcheck ]] && filter+=':CudaF16.DecodeTailEqualsUnfusedOps'
     timeout 120 "$SAN" --tool $tool "$BIN/test_cuda" --gtest_brief=1 --gtest_filter="$filter" > "$LOG/san_$tool.txt" 2>&1
     echo "$tool: $(tail -1 "$LOG/san_$tool.txt")"
   done
 fi
-if [[ "${EPI:-1}" != 0 ]]; then
+if [[ "${EPI:-0}" != 0 ]]; then
   timeout 150 "$BIN/cuda_bench" --stream-epi 2>&1 | grep -A20 '== stream'
 fi
 if [[ "${SWEEP:-0}" != 0 ]]; then
@@ -43,24 +43,26 @@ run() {
   env "$@" timeout 120 $B8 > "$LOG/$name.json" 2> "$LOG/$name.err" && summ "$LOG/$name.json" "$name" ||
     { echo "$name failed"; tail -3 "$LOG/$name.err"; }
 }
-ATT=decode_tc_kernel,decode_kernel
+ATT=decode_tc_kernel,decode_tc_rope_kernel,decode_kernel
 SMALL=qkv_rope_store_kernel,rope_kernel,store_kv_kernel,add_rms_norm_kernel,rms_norm_kernel,swiglu_kernel,swiglu_packed_kernel
-# default: the block tail as the stream chain (AUGUR_CUDA_DECODE_TAIL=2);
-# tail0: its ops unfused (stream GEMVs with the small kernels between).
+# default against B (default: AUGUR_CUDA_ATTN_ROPE=0, q/k norm + RoPE + cache
+# write as their own kernel; e.g. B=AUGUR_CUDA_DECODE_TAIL=0 for the block
+# tail unfused), twice each.
+B=${B:-AUGUR_CUDA_ATTN_ROPE=0}
 for rep in 1 2; do
   run default$rep
-  run tail0_$rep AUGUR_CUDA_DECODE_TAIL=0
+  run B_$rep $B
 done
 if [[ "${EXTRA:-0}" != 0 ]]; then
   run rows AUGUR_CUDA_STREAM=0
   run ring128 AUGUR_CUDA_STREAM_RING=128
 fi
 run skip_att AUGUR_CUDA_SKIP=$ATT
-run skip_small AUGUR_CUDA_SKIP=$SMALL
+if [[ "${SKIP_SMALL:-0}" != 0 ]]; then run skip_small AUGUR_CUDA_SKIP=$SMALL; fi
 if [[ "${FULL:-1}" != 0 ]]; then
   "$BIN/augur" bench --device cuda --synthetic qwen3-8b --prompt 2048 --gen 64 --batch 1,8,32,128 --context 128,8192 \
     --json > "$LOG/full8b.json" 2> "$LOG/full8b.err" && summ "$LOG/full8b.json" full8b || tail -3 "$LOG/full8b.err"
-  for tail in 2 0; do
+  for tail in 2; do
     AUGUR_CUDA_DECODE_TAIL=$tail timeout 150 "$BIN/augur" bench --device cuda --synthetic qwen3.5-27b --prompt 2048 \
       --gen 32 --batch 1 --json > "$LOG/27b_$tail.json" 2> "$LOG/27b_$tail.err" &&
       summ "$LOG/27b_$tail.json" "27b tail=$tail" || tail -3 "$LOG/27b_$tail.err"

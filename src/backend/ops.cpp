@@ -449,6 +449,42 @@ void qkv_rope_store(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_nor
   store_kv(k, v, b, cache);
 }
 
+bool qkv_rope_attention(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps, const BatchView& b,
+                        const Tensor& inv_freq, const KvLayer& cache, float scale, int32_t window, const Tensor& out,
+                        const Tensor& workspace) {
+  if (!on_cuda(qkv) || b.device == nullptr || out.ndim() != 3) return false;
+  const int64_t T = out.dim(0), n_head = out.dim(1), head_dim = out.dim(2), n_head_kv = cache.k.dim(2);
+  const cuda::AttnMeta meta = attn_meta("qkv_rope_attention", b, T);
+  if (!cuda::decode_attention_rope_fits(n_head, n_head_kv, head_dim, meta, false)) return false;
+  const Device dev = qkv.device();
+  require_f32("qkv_rope_attention", qkv, "qkv", dev);
+  require_f32("qkv_rope_attention", out, "out", dev);
+  require_f32("qkv_rope_attention", inv_freq, "inv_freq", dev);
+  check_rows("qkv_rope_attention", b.rows, T, cache, dev);
+  const int64_t half = inv_freq.numel();
+  require(cache.k.dim(3) == head_dim && n_head % n_head_kv == 0, "qkv_rope_attention", "out ", out.shape_str(),
+          " does not fit cache ", cache.k.shape_str());
+  require(qkv.numel() == T * (n_head + 2 * n_head_kv) * head_dim && qkv.dim(0) == T, "qkv_rope_attention", "qkv ",
+          qkv.shape_str(), " should be [", T, ", ", (n_head + 2 * n_head_kv) * head_dim, "]");
+  require(2 * half <= head_dim, "qkv_rope_attention", "rotary dims ", 2 * half, " exceed head_dim ", head_dim);
+  require(q_norm.defined() == k_norm.defined(), "qkv_rope_attention", "q_norm and k_norm go together");
+  if (q_norm.defined()) {
+    require_f32("qkv_rope_attention", q_norm, "q_norm", dev);
+    require_f32("qkv_rope_attention", k_norm, "k_norm", dev);
+    require(q_norm.numel() == head_dim && k_norm.numel() == head_dim, "qkv_rope_attention",
+            "norm gains must be [", head_dim, "]");
+  }
+  const int64_t need = attention_workspace(out, b);
+  require(workspace.defined() ? workspace.numel() >= need && workspace.device() == dev : need == 0,
+          "qkv_rope_attention", "workspace of ", workspace.defined() ? workspace.numel() : 0, " floats, needs ", need);
+  cuda::decode_attention_rope(qkv.data<float>(), q_norm.defined() ? q_norm.data<float>() : nullptr,
+                              k_norm.defined() ? k_norm.data<float>() : nullptr, eps, inv_freq.data<float>(), half,
+                              half_ptr_mut(cache.k), half_ptr_mut(cache.v), cache.k.dim(1), n_head, n_head_kv,
+                              head_dim, meta, scale, window, out.data<float>(), need ? workspace.raw() : nullptr,
+                              cuda::stream(), half_of(cache.k));
+  return true;
+}
+
 int64_t attention_workspace(const Tensor& q, const BatchView& b) {
   if (!on_cuda(q) || b.device == nullptr) return 0;
   const size_t bytes = cuda::attention_workspace_bytes(q.dim(0), q.dim(1), q.dim(2), b.device->max_context);

@@ -133,6 +133,15 @@ void qkv_rope_store(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_nor
                     const BatchView& batch, const Tensor& inv_freq, const KvLayer& cache, const Tensor& q_out,
                     const Tensor& gate_out = Tensor());
 
+// qkv_rope_store, then paged_attention, as one op where the backend fuses
+// them (CUDA: a pure decode batch, one new token a row, no output gate); the
+// same results. Returns false, having done nothing, where it does not fuse:
+// the caller runs the two ops. q_shape: [n_tokens, n_head, head_dim] (as
+// qkv_rope_store's q_out); out, workspace: as paged_attention's.
+bool qkv_rope_attention(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,
+                        const BatchView& batch, const Tensor& inv_freq, const KvLayer& cache, float scale,
+                        int32_t window, const Tensor& out, const Tensor& workspace);
+
 // Causal attention over the paged cache, GQA (n_head a multiple of n_head_kv):
 // token t of a row at position p attends to positions [max(0, p - window + 1), p]
 // of its row (window 0 = unlimited).

@@ -182,6 +182,13 @@ Tensor attention_mix(const Tensor& x, const AttentionWeights& w, const Attention
       qkv = scratch.get("attn.qkv", {T, q_width + 2 * s.n_head_kv * s.head_dim});
       ops::linear(x, w.wqkv, qkv);
     }
+    if (!w.output_gate) {  // at decode on CUDA, attention does the norms, RoPE and cache writes itself
+      Tensor attn = scratch.get("attn.out", {T, s.n_head, s.head_dim});
+      Tensor workspace = scratch.get("attn.workspace", {ops::attention_workspace(q, batch)});
+      if (ops::qkv_rope_attention(qkv, w.q_norm, w.k_norm, s.norm_eps, batch, inv_freq, kv, s.scale, s.window, attn,
+                                  workspace))
+        return attn.reshape({T, s.n_head * s.head_dim});
+    }
     if (w.output_gate) gate = scratch.get("attn.gate", {T, s.n_head * s.head_dim});
     ops::qkv_rope_store(qkv, w.q_norm, w.k_norm, s.norm_eps, batch, inv_freq, kv, q, gate);
   } else if (w.output_gate) {

@@ -196,6 +196,86 @@ TEST_F(CudaFused, QkvRopeStore) {
   }
 }
 
+// decode_attention_rope (the decode attention doing qkv_rope_store's work)
+// against qkv_rope_store + paged_attention: outputs and caches bit-equal, on
+// one-token rows at positions that start, end and cross splits and cache
+// blocks, a row whose slot is -1 (not stored), sliding windows, both caches.
+TEST_F(CudaFused, DecodeAttentionRopeEqualsUnfused) {
+  std::mt19937 rng(34);
+  struct Case {
+    int64_t n_head, n_head_kv, head_dim, half;
+    bool norm, f16;
+    int32_t window;
+  };
+  const Case cases[] = {Case{32, 8, 128, 64, true, false, 0}, Case{4, 2, 64, 16, false, true, 0},
+                        Case{8, 8, 128, 32, true, true, 100}, Case{8, 1, 256, 128, false, false, 0},
+                        Case{6, 3, 16, 8, true, false, 0}};
+  const std::vector<int32_t> pos = {0, 17, 63, 64, 300, 1000, 2047};
+  const int64_t T = int64_t(pos.size()), bs = 16, max_blocks = 2048 / bs, n_blocks = T * max_blocks + 3;
+  // Block tables: a shuffled pool of blocks, rows disjoint.
+  std::vector<int32_t> pool(static_cast<size_t>(n_blocks));
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), rng);
+  std::vector<int32_t> tables(static_cast<size_t>(T * max_blocks)), rows(static_cast<size_t>(T)),
+      slots(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    rows[size_t(t)] = int32_t(t);
+    for (int64_t b = 0; b < max_blocks; ++b) tables[size_t(t * max_blocks + b)] = pool[size_t(t * max_blocks + b)];
+    const int32_t p = pos[size_t(t)];
+    slots[size_t(t)] = tables[size_t(t * max_blocks + p / bs)] * int32_t(bs) + p % int32_t(bs);
+  }
+  slots[3] = -1;  // padding: nothing stored, attention reads what the cache holds
+  Buf<int32_t> dpos(pos), dslots(slots), drows(rows), dtables(tables);
+  AttnMeta meta;
+  meta.positions = dpos.get(), meta.slot_mapping = dslots.get(), meta.token_row = drows.get();
+  meta.block_tables = dtables.get(), meta.max_blocks = int32_t(max_blocks), meta.n_tokens = int32_t(T);
+  meta.max_context = 2048, meta.max_row_tokens = 1;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << "heads " << c.n_head << "/" << c.n_head_kv << " D " << c.head_dim << " f16 "
+                                    << c.f16 << " window " << c.window);
+    const int64_t D = c.head_dim, kv_dim = c.n_head_kv * D, width = (c.n_head + 2 * c.n_head_kv) * D;
+    const Half kv = c.f16 ? Half::F16 : Half::BF16;
+    ASSERT_TRUE(decode_attention_rope_fits(c.n_head, c.n_head_kv, D, meta, false));
+    std::vector<float> qkv = uniform_floats(size_t(T * width), rng, -2.f, 2.f);
+    std::vector<float> qn = uniform_floats(size_t(D), rng, 0.5f, 1.5f), kn = uniform_floats(size_t(D), rng, 0.5f, 1.5f);
+    std::vector<float> inv_freq(static_cast<size_t>(c.half));
+    for (int64_t i = 0; i < c.half; ++i) inv_freq[size_t(i)] = float(1.0 / std::pow(1e6, double(i) / double(c.half)));
+    std::vector<uint16_t> cache0(size_t(n_blocks * bs * kv_dim));
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (auto& h : cache0) h = c.f16 ? f32_to_f16(u(rng)) : f32_to_bf16(u(rng));
+    Buf<float> dqkv(qkv), dqn(qn), dkn(kn), dfreq(inv_freq), dq(size_t(T * c.n_head * D));
+    Buf<float> out_a(size_t(T * c.n_head * D)), out_b(size_t(T * c.n_head * D));
+    Buf<uint16_t> ka(cache0), va(cache0), kb(cache0), vb(cache0);
+    Buf<float> ws(attention_workspace_bytes(T, c.n_head, D, meta.max_context) / sizeof(float) + 1);
+    const float scale = 1.0f / std::sqrt(float(D));
+    const float* qg = c.norm ? dqn.get() : nullptr;
+    const float* kg = c.norm ? dkn.get() : nullptr;
+    out_a.poison(), out_b.poison();
+    qkv_rope_store(dqkv.get(), c.n_head, c.n_head_kv, D, qg, kg, 1e-6f, dfreq.get(), c.half, meta, dq.get(), ka.get(),
+                   va.get(), stream(), kv);
+    paged_attention(dq.get(), ka.get(), va.get(), bs, c.n_head, c.n_head_kv, D, meta, scale, c.window, out_a.get(),
+                    ws.get(), stream(), kv);
+    decode_attention_rope(dqkv.get(), qg, kg, 1e-6f, dfreq.get(), c.half, kb.get(), vb.get(), bs, c.n_head,
+                          c.n_head_kv, D, meta, scale, c.window, out_b.get(), ws.get(), stream(), kv);
+    const std::vector<float> a = out_a.download(), b = out_b.download();
+    size_t finite = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(float)), 0) << "out " << i << ": " << a[i] << " vs " << b[i];
+      finite += std::isfinite(a[i]);
+    }
+    EXPECT_EQ(finite, a.size());
+    EXPECT_EQ(ka.download(), kb.download()) << "k cache";
+    EXPECT_EQ(va.download(), vb.download()) << "v cache";
+    EXPECT_NE(ka.download(), cache0) << "the new keys were stored";
+  }
+  meta.max_row_tokens = 2;  // a row with two new tokens: the second's keys include the first's
+  EXPECT_FALSE(decode_attention_rope_fits(32, 8, 128, meta, false));
+  meta.max_row_tokens = 1;
+  EXPECT_FALSE(decode_attention_rope_fits(32, 8, 128, meta, true));   // output gates stay with qkv_rope_store
+  EXPECT_FALSE(decode_attention_rope_fits(32, 8, 96, meta, false));   // no kernel for head_dim 96
+  EXPECT_FALSE(decode_attention_rope_fits(64, 2, 128, meta, false));  // 32 query heads a KV head: the scalar kernel
+}
+
 // ---- f16 ----------------------------------------------------------------------------
 
 uint16_t f16_sat(float f) { return f32_to_f16(std::fabs(f) > 65504.f ? std::copysign(65504.f, f) : f); }

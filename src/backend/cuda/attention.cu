@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/detail.h"
@@ -690,15 +691,33 @@ struct DecodeTcCfg {
   static_assert(kWarps * 32 == MergeCfg<D, 16>::kThreads, "finish_decode merges with decode_kernel's block size");
 };
 
+// qkv_rope_store's work done by the decode attention (ROPE): every block
+// norms and rotates its own query heads from the projection, and the block
+// whose split holds the token's own position writes the token's K/V into the
+// cache before it streams its keys. One new token a row only: no other
+// block reads that position.
+struct RopeArgs {
+  const float* qkv = nullptr;  // [n_tokens, (n_head + 2 n_head_kv) * D]: q heads, k heads, v heads
+  const float* q_norm = nullptr;  // [D] or null (no per-head norm)
+  const float* k_norm = nullptr;
+  float eps = 0.f;
+  const float* inv_freq = nullptr;  // [half]
+  int half = 0;
+  const int32_t* slot_mapping = nullptr;  // [n_tokens] cache slot of the token (negative: not stored)
+  uint16_t* k_cache = nullptr;  // the caches again, writable
+  uint16_t* v_cache = nullptr;
+};
+
 // As decode_kernel (same arguments but n_hpass, always 1 here): grid
-// (n_splits, n_head_kv, n_tokens), 128 threads.
-template <int D, bool F16>
+// (n_splits, n_head_kv, n_tokens), 128 threads. ROPE: q is unused; rope has
+// the projection and the rest of qkv_rope_store's inputs.
+template <int D, bool F16, bool ROPE>
 __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict__ q,
                                                         const uint16_t* __restrict__ k_cache,
                                                         const uint16_t* __restrict__ v_cache, Geometry geo,
                                                         int min_len, int want, int n_splits, float* __restrict__ out,
                                                         float* __restrict__ part_acc, float2* __restrict__ part_ml,
-                                                        int* __restrict__ counters) {
+                                                        int* __restrict__ counters, RopeArgs rope) {
   using C = DecodeTcCfg<D>;
   extern __shared__ __align__(16) unsigned char smem[];
   uint16_t* qs = reinterpret_cast<uint16_t*>(smem);  // [16][kStride], pre-scaled, caches' type
@@ -729,16 +748,56 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
       prefetch_l2(v_cache + off);
     }
   }
+  float* cs = reinterpret_cast<float*>(kv);  // ROPE: [cos(half), sin(half)], then [warp][2][D]: in the ring until its first use
+  if constexpr (ROPE) {
+    for (int i = tid; i < rope.half; i += blockDim.x) {
+      const float angle = float(p) * rope.inv_freq[i];
+      cs[i] = cosf(angle);
+      cs[rope.half + i] = sinf(angle);
+    }
+  }
   pdl_entry();
 
-  for (int i = tid; i < 16 * (D / 4); i += blockDim.x) {
-    const int r = i / (D / 4), d = (i % (D / 4)) * 4;
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (r < G) {
-      v = *reinterpret_cast<const float4*>(q + (int64_t(t) * geo.n_head + h0 + r) * D + d);
-      v.x *= geo.qscale, v.y *= geo.qscale, v.z *= geo.qscale, v.w *= geo.qscale;
+  if constexpr (ROPE) {
+    __syncthreads();  // cs
+    float* buf = cs + 2 * rope.half + warp * 2 * D;  // the head in, then rotated
+    float* rot = buf + D;
+    const int64_t kv_dim = int64_t(geo.n_head_kv) * D;
+    const float* row = rope.qkv + int64_t(t) * (int64_t(geo.n_head) * D + 2 * kv_dim);
+    for (int r = warp; r < 16; r += C::kWarps) {
+      if (r < G)
+        norm_rope_head(row + int64_t(h0 + r) * D, D, rope.q_norm, rope.eps, cs, rope.half, buf, lane,
+                       [&](int d, float v) { rot[d] = v; });
+      for (int d = 2 * lane; d < D; d += 64) {  // as the q load below: scaled, rounded in pairs
+        const float a = r < G ? rot[d] * geo.qscale : 0.f, b = r < G ? rot[d + 1] * geo.qscale : 0.f;
+        *reinterpret_cast<uint32_t*>(qs + r * C::kStride + d) = half2_rn<F16>(a, b);
+      }
+      __syncwarp();
     }
-    *reinterpret_cast<uint2*>(qs + r * C::kStride + d) = make_uint2(half2_rn<F16>(v.x, v.y), half2_rn<F16>(v.z, v.w));
+    const int64_t slot = rope.slot_mapping[t];
+    if (k_end == p + 1 && slot >= 0) {  // this split holds the token's own key
+      if (warp == 0) {
+        norm_rope_head(row + int64_t(geo.n_head) * D + int64_t(kvh) * D, D, rope.k_norm, rope.eps, cs, rope.half,
+                       buf, lane,
+                       [&](int d, float v) { rope.k_cache[slot * kv_dim + int64_t(kvh) * D + d] = f32_to_half<F16>(v); });
+      } else if (warp == 1) {
+        const float* src = row + int64_t(geo.n_head) * D + kv_dim + int64_t(kvh) * D;
+        for (int d = lane; d < D; d += 32) rope.v_cache[slot * kv_dim + int64_t(kvh) * D + d] = f32_to_half<F16>(src[d]);
+      }
+    }
+    // The K/V stores reach L2 before any thread's cp.async below reads them
+    // (the barrier orders the block's global accesses; cp.async.cg reads L2).
+    __threadfence_block();
+  } else {
+    for (int i = tid; i < 16 * (D / 4); i += blockDim.x) {
+      const int r = i / (D / 4), d = (i % (D / 4)) * 4;
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (r < G) {
+        v = *reinterpret_cast<const float4*>(q + (int64_t(t) * geo.n_head + h0 + r) * D + d);
+        v.x *= geo.qscale, v.y *= geo.qscale, v.z *= geo.qscale, v.w *= geo.qscale;
+      }
+      *reinterpret_cast<uint2*>(qs + r * C::kStride + d) = make_uint2(half2_rn<F16>(v.x, v.y), half2_rn<F16>(v.z, v.w));
+    }
   }
   __syncthreads();
 
@@ -942,9 +1001,9 @@ bool use_decode_tc(int group) {
   return on && group <= 16 && !detail::precision().decode_attention;
 }
 
-template <int D, bool F16>
+template <int D, bool F16, bool ROPE = false>
 void launch_decode_tc(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const Geometry& geo,
-                      const DecodePlan& plan, float* out, void* workspace, Stream s) {
+                      const DecodePlan& plan, float* out, void* workspace, Stream s, const RopeArgs& rope = {}) {
   using C = DecodeTcCfg<D>;
   const int want = plan.want > 0 ? plan.want : want_splits(geo.n_tokens, geo.n_head_kv);
   const int n_splits = std::min(plan.n_splits, want);  // a token needs at most `want` splits
@@ -954,12 +1013,13 @@ void launch_decode_tc(const float* q, const uint16_t* k_cache, const uint16_t* v
          " split counters");
   }
   static std::once_flag once;
-  set_smem(decode_tc_kernel<D, F16>, C::kSmem, once);
+  set_smem(decode_tc_kernel<D, F16, ROPE>, C::kSmem, once);
   float* part_acc = static_cast<float*>(workspace);
   auto* part_ml = reinterpret_cast<float2*>(part_acc + int64_t(geo.n_tokens) * geo.n_head * n_splits * D);
   int* counters = static_cast<int*>(context().attn_counters.get());
-  launch("decode_tc_kernel", decode_tc_kernel<D, F16>, grid, dim3(C::kWarps * 32), C::kSmem, s, q, k_cache, v_cache,
-         geo, plan.split_len, want, n_splits, out, part_acc, part_ml, counters);
+  launch(ROPE ? "decode_tc_rope_kernel" : "decode_tc_kernel", decode_tc_kernel<D, F16, ROPE>, grid,
+         dim3(C::kWarps * 32), C::kSmem, s, q, k_cache, v_cache, geo, plan.split_len, want, n_splits, out, part_acc,
+         part_ml, counters, rope);
 }
 
 template <int D, bool F16>
@@ -1038,6 +1098,53 @@ void paged_attention_decode(const float* q, const half_bits* k_cache, const half
 }
 
 }  // namespace detail
+
+bool decode_attention_rope_fits(int64_t n_head, int64_t n_head_kv, int64_t head_dim, const AttnMeta& meta,
+                                bool gated) {
+  static const bool on = [] {
+    const char* e = std::getenv("AUGUR_CUDA_ATTN_ROPE");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  return on && !gated && meta.max_row_tokens == 1 && meta.n_tokens > 0 && n_head_kv > 0 &&
+         n_head % n_head_kv == 0 && use_decode_tc(int(n_head / n_head_kv)) &&
+         (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256);
+}
+
+void decode_attention_rope(const float* qkv, const float* q_norm, const float* k_norm, float eps,
+                           const float* inv_freq, int64_t half, half_bits* k_cache, half_bits* v_cache,
+                           int64_t block_size, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                           const AttnMeta& meta, float scale, int32_t window, float* out, void* workspace, Stream s,
+                           Half kv) {
+  if (!decode_attention_rope_fits(n_head, n_head_kv, head_dim, meta, false))
+    fail("[cuda] decode_attention_rope: not a pure decode batch on the tensor-core decode kernel (check "
+         "decode_attention_rope_fits)");
+  if (2 * half > head_dim) fail("[cuda] decode_attention_rope: rotary dims ", 2 * half, " exceed head_dim ", head_dim);
+  // q's alignment check stands in for qkv's (read a float at a time).
+  const Geometry geo = check_geometry(out, k_cache, v_cache, block_size, n_head, n_head_kv, meta, scale, window, out);
+  if (meta.n_tokens > 65535) fail("[cuda] paged_attention: ", meta.n_tokens, " decode tokens exceed 65535");
+  const DecodePlan plan = plan_decode(meta.n_tokens, n_head, meta.max_context);
+  if (plan.n_splits > 1 && workspace == nullptr)
+    fail("[cuda] paged_attention: flash-decoding needs attention_workspace_bytes() of workspace");
+  RopeArgs r;
+  r.qkv = qkv, r.q_norm = q_norm, r.k_norm = k_norm, r.eps = eps, r.inv_freq = inv_freq, r.half = int(half);
+  r.slot_mapping = meta.slot_mapping, r.k_cache = reinterpret_cast<uint16_t*>(k_cache);
+  r.v_cache = reinterpret_cast<uint16_t*>(v_cache);
+  const auto* kc = reinterpret_cast<const uint16_t*>(k_cache);
+  const auto* vc = reinterpret_cast<const uint16_t*>(v_cache);
+  const bool f16 = kv == Half::F16;
+  auto go = [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    f16 ? launch_decode_tc<D, true, true>(nullptr, kc, vc, geo, plan, out, workspace, s, r)
+        : launch_decode_tc<D, false, true>(nullptr, kc, vc, geo, plan, out, workspace, s, r);
+  };
+  switch (head_dim) {
+    case 16: return go(std::integral_constant<int, 16>());
+    case 32: return go(std::integral_constant<int, 32>());
+    case 64: return go(std::integral_constant<int, 64>());
+    case 128: return go(std::integral_constant<int, 128>());
+    default: return go(std::integral_constant<int, 256>());
+  }
+}
 
 size_t attention_workspace_bytes(int64_t n_tokens, int64_t n_head, int64_t head_dim, int64_t max_context) {
   if (n_tokens <= 0 || max_context <= 0) return 0;

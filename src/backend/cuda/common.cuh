@@ -245,6 +245,41 @@ __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
+// One head of q or k by one warp, as rms_norm_kernel and rope_kernel would:
+// x = src[0, D), RMS-normed (x * rsqrt(mean(x^2) + eps) * gain) when gain is
+// given, then rotate_half RoPE on dims [0, 2 half) with cs = [cos(half),
+// sin(half)]; emit(d, value) for d = lane, lane + 32, ... buf: D floats of
+// the warp's shared memory. qkv_rope_store_kernel and the decode attention
+// that does its work both go through here, so their q and k are bit-equal.
+template <typename Emit>
+__device__ __forceinline__ void norm_rope_head(const float* src, int D, const float* gain, float eps,
+                                               const float* cs, int half, float* buf, int lane, Emit emit) {
+  float ss = 0.f;
+  for (int d = lane; d < D; d += 32) {
+    const float v = src[d];
+    buf[d] = v;
+    ss += v * v;
+  }
+  if (gain != nullptr) {
+    ss = warp_sum(ss);
+    const float inv = 1.0f / sqrtf(ss / float(D) + eps);
+    for (int d = lane; d < D; d += 32) buf[d] = gain[d] * (buf[d] * inv);
+  }
+  __syncwarp();
+  for (int d = lane; d < D; d += 32) {
+    const float xv = buf[d];
+    float r = xv;
+    if (d < half) {
+      r = __fsub_rn(__fmul_rn(xv, cs[d]), __fmul_rn(buf[d + half], cs[half + d]));
+    } else if (d < 2 * half) {
+      const int i = d - half;
+      r = __fadd_rn(__fmul_rn(xv, cs[i]), __fmul_rn(buf[i], cs[half + i]));
+    }
+    emit(d, r);
+  }
+  __syncwarp();  // buf may be refilled by the next head
+}
+
 // Element (r, m) of a warp-uniform R x MR tile, on lane r * MR + m (0 on lanes past R * MR).
 template <int R, int MR>
 __device__ __forceinline__ float lane_element(const float (&acc)[R][MR], int lane) {

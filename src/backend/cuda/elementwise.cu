@@ -263,34 +263,13 @@ __global__ void qkv_rope_store_kernel(const float* __restrict__ qkv, int n_head,
       continue;
     }
     const bool is_q = hh < n_head;
-    const float* gain = is_q ? q_norm : k_norm;
-    float ss = 0.f;
-    for (int d = lane; d < D; d += 32) {
-      const float v = src[d];
-      buf[d] = v;
-      ss += v * v;
-    }
-    if (gain != nullptr) {  // as rms_norm_kernel
-      ss = warp_sum(ss);
-      const float inv = 1.0f / sqrtf(ss / float(D) + eps);
-      for (int d = lane; d < D; d += 32) buf[d] = gain[d] * (buf[d] * inv);
-    }
-    __syncwarp();
-    for (int d = lane; d < D; d += 32) {
-      const float xv = buf[d];
-      float r = xv;
-      if (d < half) {  // as rope_kernel, unfused
-        r = __fsub_rn(__fmul_rn(xv, cs[d]), __fmul_rn(buf[d + half], cs[half + d]));
-      } else if (d < 2 * half) {
-        const int i = d - half;
-        r = __fadd_rn(__fmul_rn(xv, cs[i]), __fmul_rn(buf[i], cs[half + i]));
-      }
+    if (!is_q && slot < 0) continue;
+    norm_rope_head(src, D, is_q ? q_norm : k_norm, eps, cs, half, buf, lane, [&](int d, float r) {
       if (is_q)
         q_out[(int64_t(t) * n_head + hh) * D + d] = r;
-      else if (slot >= 0)
+      else
         k_cache[slot * kv_dim + int64_t(hh - n_head) * D + d] = f32_to_half<F16>(r);
-    }
-    __syncwarp();  // buf is refilled by the next head
+    });
   }
 }
 

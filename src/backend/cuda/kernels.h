@@ -167,6 +167,21 @@ void paged_attention(const float* q, const half_bits* k_cache, const half_bits* 
                      const AttnMeta& meta, float scale, int32_t window, float* out, void* workspace,
                      Stream s, Half kv = Half::BF16);
 
+// qkv_rope_store and paged_attention in one launch, for a pure decode batch
+// (meta.max_row_tokens == 1: one new token a row) without output gates on
+// the tensor-core decode kernel: each attention block norms and rotates its
+// query heads from qkv, and the block whose split holds the token's position
+// writes the token's K/V into the caches (a negative slot skips the store, as
+// there). Same results, bit for bit. decode_attention_rope_fits says when it
+// applies (AUGUR_CUDA_ATTN_ROPE=0: never). Arguments as the two ops'.
+bool decode_attention_rope_fits(int64_t n_head, int64_t n_head_kv, int64_t head_dim, const AttnMeta& meta,
+                                bool gated);
+void decode_attention_rope(const float* qkv, const float* q_norm, const float* k_norm, float eps,
+                           const float* inv_freq, int64_t half, half_bits* k_cache, half_bits* v_cache,
+                           int64_t block_size, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                           const AttnMeta& meta, float scale, int32_t window, float* out, void* workspace, Stream s,
+                           Half kv = Half::BF16);
+
 // out[r] = argmax over logits[r, :] (first index on ties). logits: [n_rows, n_vocab]
 void argmax(const float* logits, int64_t n_rows, int64_t n_vocab, int32_t* out, Stream s);
 
