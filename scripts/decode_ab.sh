@@ -45,10 +45,10 @@ run() {
 }
 ATT=decode_tc_kernel,decode_tc_rope_kernel,decode_kernel
 SMALL=qkv_rope_store_kernel,rope_kernel,store_kv_kernel,add_rms_norm_kernel,rms_norm_kernel,swiglu_kernel,swiglu_packed_kernel
-# default against B (default: AUGUR_CUDA_ATTN_ROPE=0, q/k norm + RoPE + cache
-# write as their own kernel; e.g. B=AUGUR_CUDA_DECODE_TAIL=0 for the block
-# tail unfused), twice each.
-B=${B:-AUGUR_CUDA_ATTN_ROPE=0}
+# default against B (default: AUGUR_CUDA_ATTN_ROPE=1, the decode attention
+# doing q/k norm + RoPE + the cache write; e.g. B=AUGUR_CUDA_DECODE_TAIL=0 for
+# the block tail unfused), twice each.
+B=${B:-AUGUR_CUDA_ATTN_ROPE=1}
 for rep in 1 2; do
   run default$rep
   run B_$rep $B

@@ -134,8 +134,8 @@ void qkv_rope_store(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_nor
                     const Tensor& gate_out = Tensor());
 
 // qkv_rope_store, then paged_attention, as one op where the backend fuses
-// them (CUDA: a pure decode batch, one new token a row, no output gate); the
-// same results. Returns false, having done nothing, where it does not fuse:
+// them (CUDA with AUGUR_CUDA_ATTN_ROPE=1: a pure decode batch, one new token
+// a row, no output gate); the same results. Returns false, having done nothing, where it does not fuse:
 // the caller runs the two ops. q_shape: [n_tokens, n_head, head_dim] (as
 // qkv_rope_store's q_out); out, workspace: as paged_attention's.
 bool qkv_rope_attention(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,

@@ -182,7 +182,7 @@ Tensor attention_mix(const Tensor& x, const AttentionWeights& w, const Attention
       qkv = scratch.get("attn.qkv", {T, q_width + 2 * s.n_head_kv * s.head_dim});
       ops::linear(x, w.wqkv, qkv);
     }
-    if (!w.output_gate) {  // at decode on CUDA, attention does the norms, RoPE and cache writes itself
+    if (!w.output_gate) {  // where the backend fuses them (ops.h), attention does the norms, RoPE and cache writes
       Tensor attn = scratch.get("attn.out", {T, s.n_head, s.head_dim});
       Tensor workspace = scratch.get("attn.workspace", {ops::attention_workspace(q, batch)});
       if (ops::qkv_rope_attention(qkv, w.q_norm, w.k_norm, s.norm_eps, batch, inv_freq, kv, s.scale, s.window, attn,
