@@ -6,7 +6,7 @@
 #   here: bash scripts/build_cuda_bundle.sh
 #   device: bash scripts/decode_ab.sh        carry: [".dev"]
 # QUICK=1 skips the tests, SWEEP=1 adds the per-matrix sweep, EPI=1 the fused
-# ends' sweep, EXTRA=1 rows_kernel and a 128 KB ring, SKIP_SMALL=1 a run
+# ends' sweep, EXTRA=1 rows_kernel and 128 / 144 KB rings, SKIP_SMALL=1 a run
 # without the small kernels; FULL=0 skips the full benchmarks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +56,10 @@ done
 if [[ "${EXTRA:-0}" != 0 ]]; then
   run rows AUGUR_CUDA_STREAM=0
   run ring128 AUGUR_CUDA_STREAM_RING=128
+  # 144 KB leaves room beside a stream GEMV block for a decode attention
+  # block (74 KB at head_dim 128), so attention and the GEMVs around it can overlap.
+  run ring144 AUGUR_CUDA_STREAM_RING=144
+  run ring144_rope AUGUR_CUDA_STREAM_RING=144 AUGUR_CUDA_ATTN_ROPE=1
 fi
 run skip_att AUGUR_CUDA_SKIP=$ATT
 if [[ "${SKIP_SMALL:-0}" != 0 ]]; then run skip_small AUGUR_CUDA_SKIP=$SMALL; fi

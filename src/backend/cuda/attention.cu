@@ -1073,6 +1073,11 @@ bool use_decode(const AttnMeta& meta) {
 
 namespace detail {
 
+int& attention_rope_variant() {
+  static int v = -1;
+  return v;
+}
+
 void paged_attention_decode(const float* q, const half_bits* k_cache, const half_bits* v_cache, int64_t block_size,
                             int64_t n_head, int64_t n_head_kv, int64_t head_dim, const AttnMeta& meta, float scale,
                             int32_t window, float* out, void* workspace, Stream s, int split_len, Half kv) {
@@ -1107,6 +1112,7 @@ void paged_attention_decode(const float* q, const half_bits* k_cache, const half
 // 4.014 at context 128, and batches 8-128 1-6% slower (every block redoes
 // its query heads' norm and RoPE).
 bool decode_attention_rope_enabled() {
+  if (detail::attention_rope_variant() >= 0) return detail::attention_rope_variant() == 1;
   static const bool on = [] {
     const char* e = std::getenv("AUGUR_CUDA_ATTN_ROPE");
     return e != nullptr && std::strcmp(e, "0") != 0;

@@ -73,6 +73,9 @@ int& decode_tail_depth();
 // decode_tail's implementation for tests: -1 (default) AUGUR_CUDA_DECODE_TAIL,
 // 1 the persistent kernel, 2 the stream chain.
 int& decode_tail_variant();
+// decode_attention_rope's use in the engine, for tests: -1 (default)
+// AUGUR_CUDA_ATTN_ROPE, 0 off, 1 on.
+int& attention_rope_variant();
 
 // cuBLASLt on x already in bf16 (xb: [M, K] contiguous). algo < 0: the best
 // heuristic result (cached per shape); otherwise the algo-th heuristic result.
