@@ -16,16 +16,18 @@ DEST=${DEST:-.dev}
 
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS="${CUDA_FLAGS:-}" \
   -DAUGUR_STATIC_DEPS=ON -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
-targets=(test_cuda cuda_bench)
-if cmake --build "$BUILD" --target help | grep -q '^augur:'; then targets+=(augur); fi
+# TARGETS="augur" (say) builds and carries only those: two engines for an
+# A/B run fit in the carried tree where two whole bundles do not.
+read -r -a targets <<< "${TARGETS:-test_cuda cuda_bench augur}"
 cmake --build "$BUILD" --target "${targets[@]}" -j"$JOBS"
 
 # Stripped and xz-compressed: the carried tree must stay under 64 MiB next to
 # the repository (models/augur-tiny alone is 41 MB). cuda_device_test.sh
 # unpacks it.
 rm -rf "$DEST" && mkdir -p "$DEST/bin"
-cp "$BUILD/tests/test_cuda" "$BUILD/tests/cuda_bench" "$DEST/bin/"
-if [[ -x "$BUILD/bin/augur" ]]; then cp "$BUILD/bin/augur" "$DEST/bin/"; fi
+for t in "${targets[@]}"; do
+  if [[ -x "$BUILD/tests/$t" ]]; then cp "$BUILD/tests/$t" "$DEST/bin/"; else cp "$BUILD/bin/$t" "$DEST/bin/"; fi
+done
 strip "$DEST"/bin/*
 # CUPTI=1: CUPTI too, for AUGUR_CUDA_TIMELINE (scripts/decode_timeline.sh; 1 MB
 # compressed, left out by default: the carried tree's limit is near).

@@ -29,14 +29,7 @@ if [[ "${SWEEP:-0}" != 0 ]]; then
   timeout 150 "$BIN/cuda_bench" --skinny-sweep > "$LOG/sweep.txt" 2>&1
   grep -E "x[0-9]|variant [03]|ceiling" "$LOG/sweep.txt" | sed 's/ S[2-8] [0-9.]* ([0-9]*)//g'
 fi
-summ() { python3 -c "
-import json,sys
-d=json.load(open(sys.argv[1]))
-print('%-16s'%sys.argv[2], 'copy %.0f'%(d['copy_bandwidth_bytes_per_s']/1e9),
-      ' '.join('b%d/ctx%d %.3f ms %.1f tok/s %.1f%%'%(e['batch'],e['context'],e['forward_ms_per_step'],e['tokens_per_s'],
-               100*e.get('fraction_of_copy_bandwidth',0)) for e in d.get('decode',[])),
-      'prefill %.0f tok/s'%d['prefill_tokens_per_s'] if d.get('prefill_tokens_per_s') else '')
-" "$1" "$2"; }
+summ() { python3 scripts/bench_summary.py "$1" "$2"; }
 B8="$BIN/augur bench --device cuda --synthetic qwen3-8b --prompt 2048 --gen 32 --batch 1 --context 128 --json"
 run() {
   name=$1; shift

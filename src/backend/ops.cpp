@@ -135,6 +135,26 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& y) {
     cpu::rms_norm(x.data<float>(), w.data<float>(), eps, rows_of(x), D, y.data<float>());
 }
 
+void rms_norm_linear(const Tensor& x, const Tensor& g, float eps, const Tensor& w, const Tensor& h, const Tensor& y) {
+  const Device dev = x.device();
+  auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0; };
+  if (dev == Device::CUDA && x.is_contiguous() && y.is_contiguous() && w.ndim() == 2 && w.is_contiguous() &&
+      w.device() == dev && is_half(w.dtype()) && x.dim(-1) == w.dim(1) && aligned(x) && aligned(w) &&
+      g.defined() && aligned(g) && cuda::norm_matmul_fits(rows_of(x), w.dim(1), w.dim(0))) {
+    require_f32("rms_norm_linear", x, "x", dev);
+    require_f32("rms_norm_linear", g, "g", dev);
+    require_f32("rms_norm_linear", y, "y", dev);
+    const int64_t M = rows_of(x), K = w.dim(1), N = w.dim(0);
+    require(g.numel() == K && y.dim(-1) == N && rows_of(y) == M, "rms_norm_linear", "x ", x.shape_str(), ", g ",
+            g.shape_str(), ", w ", w.shape_str(), ", y ", y.shape_str(), " disagree");
+    cuda::norm_matmul(x.data<float>(), M, K, g.data<float>(), eps, half_ptr(w), half_of(w), N, y.data<float>(),
+                      cuda::stream());
+    return;
+  }
+  rms_norm(x, g, eps, h);
+  linear(h, w, y);
+}
+
 void add_inplace(const Tensor& a, const Tensor& b) {
   const Device dev = a.device();
   require_f32("add", a, "a", dev);
@@ -570,10 +590,17 @@ void sample(const Tensor& logits, std::span<const SampleRow> rows, std::span<int
             r.top_p, ", min_p ", r.min_p, ", uniform ", r.uniform);
   if (n_rows == 0) return;
   if (on_cuda(logits)) {
-    auto dev_rows = upload_bytes(rows.data(), rows.size_bytes());
     auto dev_ids = cuda::allocate(ids.size_bytes());
-    cuda::sample(logits.data<float>(), n_rows, V, static_cast<const cuda::SampleRow*>(dev_rows->data()),
-                 static_cast<int32_t*>(dev_ids->data()), cuda::stream());
+    // Greedy rows only: the argmax, split over the GPU's SMs, and no
+    // parameters to upload (sample_kernel reads a row in one block).
+    const bool greedy = std::all_of(rows.begin(), rows.end(), [](const SampleRow& r) { return r.temperature == 0; });
+    if (greedy) {
+      cuda::argmax(logits.data<float>(), n_rows, V, static_cast<int32_t*>(dev_ids->data()), cuda::stream());
+    } else {
+      auto dev_rows = upload_bytes(rows.data(), rows.size_bytes());
+      cuda::sample(logits.data<float>(), n_rows, V, static_cast<const cuda::SampleRow*>(dev_rows->data()),
+                   static_cast<int32_t*>(dev_ids->data()), cuda::stream());
+    }
     cuda::copy_to_host(ids.data(), dev_ids->data(), ids.size_bytes());
     return;
   }

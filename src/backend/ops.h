@@ -24,6 +24,11 @@ void linear(const Tensor& x, const Tensor& w, const Tensor& y);
 
 // Per row: y = x / sqrt(mean(x²) + eps) * w.  x, y: [M, D] f32 (may alias); w: [D] f32
 void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& y);
+// y = (rms_norm(x) * g) · wᵀ: on CUDA for at most 2 rows one stream GEMV with
+// the norm in its prologue (a decode step's first projection, its logits),
+// otherwise rms_norm into h, then linear.
+// x, h: [M, K]; g: [K]; w: [N, K]; y: [M, N]
+void rms_norm_linear(const Tensor& x, const Tensor& g, float eps, const Tensor& w, const Tensor& h, const Tensor& y);
 
 // a += b.  a, b: same shape, f32
 void add_inplace(const Tensor& a, const Tensor& b);

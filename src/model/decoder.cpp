@@ -133,16 +133,21 @@ class DecoderModel final : public Model {
     Tensor h = scratch.get("h", {T, d});  // normed input of a block
     Tensor o = scratch.get("o", {T, d});  // output of a block
     ops::embedding(embed_, plan.tokens, x, &plan.device);
-    ops::rms_norm(x, layers_[0].attn_norm, cfg_.rms_eps, h);
-    Tensor qkv;  // the next layer's q/k/v projection, when the block tail made it
+    // the q/k/v projection of the layer, when made ahead (the first norm in it)
+    Tensor qkv = first_block_input(x, layers_[0].attn_norm, cfg_.rms_eps, layers_[0].attn.wqkv, h, scratch);
+    const bool fuse_head = logits_of_every_token(plan, x, logits);
     for (int64_t i = 0; i < cfg_.n_layer; ++i) {
       const LayerWeights& l = layers_[size_t(i)];
       const LayerWeights* next = i + 1 < cfg_.n_layer ? &layers_[size_t(i + 1)] : nullptr;
       const Tensor a = attention_mix(h, l.attn, shape_, inv_freq_, plan, kv.layer(i), scratch, qkv);
       // o = mlp(norm(x += wo·a)), and at decode on CUDA the next projection
+      // (after the last layer, the logits)
+      const bool head = next == nullptr && fuse_head;
       qkv = block_tail(a, l.attn.wo, l.attn.bo, x, l.mlp_norm, cfg_.rms_eps, l.mlp, h, o, scratch,
-                       next ? next->attn.wqkv : Tensor(), next ? next->attn_norm : Tensor());
-      if (qkv.defined()) continue;  // x += o done there
+                       next ? next->attn.wqkv : (head ? head_ : Tensor()),
+                       next ? next->attn_norm : (head ? final_norm_ : Tensor()), head ? logits : Tensor());
+      if (qkv.defined() && head) return;  // x += o and the logits done there
+      if (qkv.defined()) continue;        // x += o done there
       if (next)
         ops::add_rms_norm(x, o, next->attn_norm, cfg_.rms_eps, h);
       else

@@ -259,8 +259,13 @@ class HybridModel final : public Model {
     Tensor h = scratch.get("h", {T, d});  // normed input of a block
     Tensor o = scratch.get("o", {T, d});  // output of a block
     ops::embedding(w_.embed, plan.tokens, x, &plan.device);
-    ops::rms_norm(x, w_.layers[0].attn_norm, cfg_.rms_eps, h);
-    Tensor projected;  // the next layer's input projection, when the block tail made it
+    // A layer's input projection, when made ahead (gated_deltanet_mix takes
+    // one for one token only).
+    auto input_w = [&](const HybridLayer& l) {
+      return l.linear ? (T == 1 ? l.gdn.in_all : Tensor()) : l.attn.wqkv;
+    };
+    Tensor projected = first_block_input(x, w_.layers[0].attn_norm, cfg_.rms_eps, input_w(w_.layers[0]), h, scratch);
+    const bool fuse_head = logits_of_every_token(plan, x, logits);
     for (int64_t i = 0; i < cfg_.n_layer; ++i) {
       const HybridLayer& l = w_.layers[size_t(i)];
       const HybridLayer* next = i + 1 < cfg_.n_layer ? &w_.layers[size_t(i + 1)] : nullptr;
@@ -277,14 +282,15 @@ class HybridModel final : public Model {
         ops::add_rms_norm(x, o, l.mlp_norm, cfg_.rms_eps, h);  // x += o; h = norm(x)
         sparse_moe_block(h, l.experts, o, scratch);
       } else {
-        // o = mlp(norm(x += out(a))), and at decode on CUDA the next layer's projection
-        // (gated_deltanet_mix takes a projection made ahead for one token only)
-        const Tensor next_w = next == nullptr ? Tensor()
-                              : next->linear ? (T == 1 ? next->gdn.in_all : Tensor())
-                                             : next->attn.wqkv;
+        // o = mlp(norm(x += out(a))), and at decode on CUDA the next layer's
+        // projection (after the last layer, the logits)
+        const bool head = next == nullptr && fuse_head;
+        const Tensor next_w = next != nullptr ? input_w(*next) : (head ? w_.head : Tensor());
         projected = block_tail(a, w_out, b_out, x, l.mlp_norm, cfg_.rms_eps, l.mlp, h, o, scratch, next_w,
-                               next != nullptr ? next->attn_norm : Tensor());
-        if (projected.defined()) continue;  // x += o done there
+                               next != nullptr ? next->attn_norm : (head ? w_.final_norm : Tensor()),
+                               head ? logits : Tensor());
+        if (projected.defined() && head) return;  // x += o and the logits done there
+        if (projected.defined()) continue;        // x += o done there
       }
       if (next != nullptr)
         ops::add_rms_norm(x, o, next->attn_norm, cfg_.rms_eps, h);

@@ -258,12 +258,12 @@ void swiglu_mlp(const Tensor& x, const MlpWeights& w, const Tensor& out, Scratch
 
 Tensor block_tail(const Tensor& a, const Tensor& w_out, const Tensor& b_out, const Tensor& x, const Tensor& norm,
                   float eps, const MlpWeights& mlp, const Tensor& h, const Tensor& out, Scratch& scratch,
-                  const Tensor& next_w, const Tensor& next_norm) {
+                  const Tensor& next_w, const Tensor& next_norm, const Tensor& y_next) {
   if (!b_out.defined() && mlp.gate_up.defined() && ops::decode_tail_fits(a, w_out, mlp.gate_up, mlp.down)) {
     const int64_t T = a.dim(0), d_ff = mlp.down.dim(1);
     const bool next = next_w.defined() && ops::decode_tail_fits(a, w_out, mlp.gate_up, mlp.down, next_w);
     Tensor y;
-    if (next) y = scratch.get("tail.next" + std::to_string(next_w.dim(0)), {T, next_w.dim(0)});
+    if (next) y = y_next.defined() ? y_next : scratch.get("tail.next" + std::to_string(next_w.dim(0)), {T, next_w.dim(0)});
     ops::decode_tail(a, w_out, x, norm, eps, mlp.gate_up, mlp.down, scratch.get("tail.o", {T, x.dim(1)}),
                      scratch.get("mlp.act", {T, d_ff}), out, next ? next_w : Tensor(),
                      next ? next_norm : Tensor(), y);
@@ -276,10 +276,33 @@ Tensor block_tail(const Tensor& a, const Tensor& w_out, const Tensor& b_out, con
   return Tensor();
 }
 
+Tensor first_block_input(const Tensor& x, const Tensor& norm, float eps, const Tensor& w, const Tensor& h,
+                         Scratch& scratch) {
+  if (!w.defined()) {
+    ops::rms_norm(x, norm, eps, h);
+    return Tensor();
+  }
+  Tensor y = scratch.get("tail.next" + std::to_string(w.dim(0)), {x.dim(0), w.dim(0)});
+  ops::rms_norm_linear(x, norm, eps, w, h, y);
+  return y;
+}
+
+bool logits_of_every_token(const BatchPlan& plan, const Tensor& x, const Tensor& logits) {
+  const int64_t n_out = int64_t(plan.logit_tokens.size());
+  if (n_out == 0 || n_out != x.dim(0) || !logits.defined() || logits.device() != x.device()) return false;
+  for (int64_t i = 0; i < n_out; ++i)
+    if (plan.logit_tokens[size_t(i)] != i) return false;
+  return true;
+}
+
 void output_logits(const Tensor& x, const Tensor& norm, float eps, const Tensor& head,
                    const BatchPlan& plan, const Tensor& logits, Scratch& scratch) {
   const int64_t d_model = x.dim(1), n_out = int64_t(plan.logit_tokens.size());
   if (n_out == 0) return;
+  if (logits_of_every_token(plan, x, logits)) {  // no rows to gather: the norm in the head's GEMV where it fits
+    ops::rms_norm_linear(x, norm, eps, head, scratch.get("out.h", {n_out, d_model}), logits);
+    return;
+  }
   Tensor h = scratch.get("out.h", {n_out, d_model});
   for (int64_t i = 0; i < n_out; ++i) {
     const int64_t t = plan.logit_tokens[size_t(i)];

@@ -160,9 +160,24 @@ void swiglu_mlp(const Tensor& x, const MlpWeights& w, const Tensor& out, Scratch
 // x += out and returns (rms_norm(x) * next_norm) · next_wᵀ ([n_tokens, N],
 // scratch); otherwise (undefined result) the caller adds out and norms.
 // a: [n_tokens, K]; w_out: [d_model, K]; x, h, out: [n_tokens, d_model]
+// y_next, where given, receives that projection instead of scratch (the
+// logits, with next_w the LM head: see logits_of_every_token).
 Tensor block_tail(const Tensor& a, const Tensor& w_out, const Tensor& b_out, const Tensor& x, const Tensor& norm,
                   float eps, const MlpWeights& mlp, const Tensor& h, const Tensor& out, Scratch& scratch,
-                  const Tensor& next_w = Tensor(), const Tensor& next_norm = Tensor());
+                  const Tensor& next_w = Tensor(), const Tensor& next_norm = Tensor(),
+                  const Tensor& y_next = Tensor());
+
+// The first block's input: h = rms_norm(x) * norm and, where the block takes
+// a projection made ahead (w defined), returns x's projection by w
+// ([n_tokens, N], scratch); at decode on CUDA one GEMV with the norm in it,
+// and h is then not written. x, h: [n_tokens, d_model]; w: [N, d_model]
+Tensor first_block_input(const Tensor& x, const Tensor& norm, float eps, const Tensor& w, const Tensor& h,
+                         Scratch& scratch);
+
+// Whether the logits are every token's, in order, on x's device (decode):
+// then the last block_tail can make them (next_w the head, next_norm the
+// final norm, y_next the logits).
+bool logits_of_every_token(const BatchPlan& plan, const Tensor& x, const Tensor& logits);
 
 // Final norm and LM head on the tokens whose logits were asked for.
 // x: [n_tokens, d_model]; head: [n_vocab, d_model]; logits: [n_out, n_vocab]

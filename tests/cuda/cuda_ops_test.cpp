@@ -575,6 +575,26 @@ TEST_F(CudaOps, Argmax) {
       EXPECT_EQ(got[1], n_vocab / 2);
     }
   }
+  // One row (the most splits), many rows (one block a row): the maximum in
+  // the last split, NaN never chosen.
+  for (int64_t n_rows : {1, 8, 700}) {
+    const int64_t n_vocab = 151936;
+    std::vector<float> logits = randn(size_t(n_rows * n_vocab), rng, -20.f, 20.f);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      float* row = logits.data() + r * n_vocab;
+      row[n_vocab - 1 - r % 5000] = 30.f;
+      row[n_vocab / 3] = NAN;
+    }
+    Dev<float> dl(logits);
+    Dev<int32_t> dout(static_cast<size_t>(n_rows));
+    dout.poison();
+    for (int rep = 0; rep < 2; ++rep) {  // the split counters are back at zero after a launch
+      argmax(dl.get(), n_rows, n_vocab, dout.get(), stream());
+      const std::vector<int32_t> got = dout.download();
+      for (int64_t r = 0; r < n_rows; ++r)
+        ASSERT_EQ(got[size_t(r)], n_vocab - 1 - r % 5000) << "n_rows " << n_rows << " row " << r << " rep " << rep;
+    }
+  }
 }
 
 // ---- attention ----------------------------------------------------------------------

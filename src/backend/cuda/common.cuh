@@ -148,6 +148,7 @@ __device__ __forceinline__ void pdl_entry() {
 }
 
 bool pdl_enabled();  // context.cu: AUGUR_CUDA_PDL != 0
+bool pdl_for(const char* name);  // context.cu: pdl_enabled() and name not in AUGUR_CUDA_NOPDL
 bool skip_kernel(const char* name);  // context.cu: AUGUR_CUDA_SKIP (profiling only)
 void timeline_start();               // timeline.cu: AUGUR_CUDA_TIMELINE (profiling only)
 
@@ -162,7 +163,7 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, 
   cfg.stream = s;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl_for(name) ? 1 : 0;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);

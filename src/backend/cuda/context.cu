@@ -99,22 +99,46 @@ bool pdl_enabled() {
   return on;
 }
 
+namespace {
+
+// ",a,b," from the environment variable's "a,b" ("" when unset).
+std::string name_list(const char* var) {
+  const char* e = std::getenv(var);
+  if (e == nullptr || *e == 0) return std::string();
+  std::string list(",");  // appends: g++ 12 warns (-Wrestrict) on "," + string
+  list.append(e).append(",");
+  return list;
+}
+
+bool listed(const std::string& list, const char* name) {
+  if (list.empty()) return false;
+  std::string key(",");
+  key.append(name).append(",");
+  return list.find(key) != std::string::npos;
+}
+
+}  // namespace
+
+// AUGUR_CUDA_NOPDL=name,...: those kernels launch without PDL, so they start
+// only once the previous kernel has finished (an experiment: does a kernel's
+// early start help the step or crowd the one before it?).
+bool pdl_for(const char* name) {
+  static const std::string nopdl = name_list("AUGUR_CUDA_NOPDL");
+  return pdl_enabled() && !listed(nopdl, name);
+}
+
 // AUGUR_CUDA_SKIP=name,name,...: those kernels are not launched, for
 // measuring what a kernel costs inside the whole decode step (the step's time
 // with and without it). Outputs are wrong while it is set; a warning says so.
 bool skip_kernel(const char* name) {
   static const std::string skip = [] {
-    const char* e = std::getenv("AUGUR_CUDA_SKIP");
-    if (e == nullptr || *e == 0) return std::string();
-    std::fprintf(stderr, "[cuda] warning: AUGUR_CUDA_SKIP=%s: these kernels are not launched, outputs are wrong\n", e);
-    std::string list(",");  // appends: g++ 12 warns (-Wrestrict) on "," + string
-    list.append(e).append(",");
+    std::string list = name_list("AUGUR_CUDA_SKIP");
+    if (!list.empty())
+      std::fprintf(stderr, "[cuda] warning: AUGUR_CUDA_SKIP=%s: these kernels are not launched, outputs are wrong\n",
+                   std::getenv("AUGUR_CUDA_SKIP"));
     return list;
   }();
-  if (skip.empty()) return false;
-  std::string key(",");
-  key.append(name).append(",");
-  return skip.find(key) != std::string::npos;
+  return listed(skip, name);
 }
 
 bool available() {

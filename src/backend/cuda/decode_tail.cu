@@ -569,14 +569,16 @@ void decode_tail_chain(const DecodeTail& t, Stream s) {
   const bool next = t.n_next > 0;
   detail::StreamGemv o;
   o.x = t.a, o.M = t.M, o.K = t.Ka, o.ldx = t.Ka, o.w = t.w_out, o.wt = t.w_out_t, o.N = t.D;
-  o.y = t.x, o.ldy = t.D, o.epi = StreamEpi::Accumulate;
+  o.y = t.x, o.ldy = t.D, o.epi = StreamEpi::Accumulate, o.name = "stream_o";
   detail::stream_gemv(o, s);
   detail::StreamGemv gu;
   gu.x = t.x, gu.M = t.M, gu.K = t.D, gu.ldx = t.D, gu.w = t.gate_up, gu.wt = t.gate_up_t, gu.N = 2 * t.F;
   gu.y = t.act, gu.ldy = t.F, gu.epi = StreamEpi::SwiGLU, gu.norm = true, gu.g = t.g, gu.eps = t.eps;
+  gu.name = "stream_gate_up";
   detail::stream_gemv(gu, s);
   detail::StreamGemv dn;
   dn.x = t.act, dn.M = t.M, dn.K = t.F, dn.ldx = t.F, dn.w = t.down, dn.wt = t.down_t, dn.N = t.D, dn.ldy = t.D;
+  dn.name = "stream_down";
   if (next)
     dn.y = t.x, dn.epi = StreamEpi::Accumulate, dn.y2 = t.out;
   else
@@ -585,7 +587,7 @@ void decode_tail_chain(const DecodeTail& t, Stream s) {
   if (!next) return;
   detail::StreamGemv nx;
   nx.x = t.x, nx.M = t.M, nx.K = t.D, nx.ldx = t.D, nx.w = t.w_next, nx.wt = t.w_next_t, nx.N = t.n_next;
-  nx.y = t.y_next, nx.ldy = t.n_next, nx.norm = true, nx.g = t.g_next, nx.eps = t.eps;
+  nx.y = t.y_next, nx.ldy = t.n_next, nx.norm = true, nx.g = t.g_next, nx.eps = t.eps, nx.name = "stream_next";
   detail::stream_gemv(nx, s);
 }
 

@@ -56,6 +56,9 @@ struct StreamGemv {
   bool norm = false;
   const float* g = nullptr;  // [K] f32
   float eps = 0;
+  // The launch's name, for AUGUR_CUDA_SKIP and AUGUR_CUDA_NOPDL (the block
+  // tail names its four GEMVs).
+  const char* name = "stream_kernel";
 };
 // Shapes it takes: M <= 2, K % 8 == 0 up to 18432; SwiGLU: N even, N / 2 <= 65536.
 bool stream_gemv_fits(int64_t M, int64_t K, int64_t N, bool swiglu = false);

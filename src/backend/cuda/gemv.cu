@@ -470,7 +470,7 @@ void launch_stream(const StreamLaunch& l, Stream s) {
     granted = smem;
   }
   const StreamGemv& q = l.q;
-  launch("stream_kernel", kernel, dim3(unsigned(l.grid)), dim3(kStreamThreads), smem, s, q.x, int(q.M), int(q.K),
+  launch(q.name, kernel, dim3(unsigned(l.grid)), dim3(kStreamThreads), smem, s, q.x, int(q.M), int(q.K),
          q.ldx, reinterpret_cast<const uint16_t*>(q.w), int(q.N), q.y, q.ldy, l.slots, l.thread_arrive, l.interleave,
          q.g, q.eps, q.y2);
 }
@@ -652,5 +652,18 @@ void generic_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const hal
 }
 
 }  // namespace detail
+
+bool norm_matmul_fits(int64_t M, int64_t K, int64_t N) {
+  return detail::stream_gemv_enabled() && detail::stream_gemv_fits(M, K, N);
+}
+
+void norm_matmul(const float* x, int64_t M, int64_t K, const float* g, float eps, const half_bits* w, Half wt,
+                 int64_t N, float* y, Stream s) {
+  if (!norm_matmul_fits(M, K, N)) fail("[cuda] norm_matmul: M ", M, ", K ", K, ", N ", N, " do not fit");
+  detail::StreamGemv q;
+  q.x = x, q.M = M, q.K = K, q.ldx = K, q.w = w, q.wt = wt, q.N = N, q.y = y, q.ldy = N;
+  q.norm = true, q.g = g, q.eps = eps;
+  detail::stream_gemv(q, s);
+}
 
 }  // namespace augur::cuda

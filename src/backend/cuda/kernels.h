@@ -64,6 +64,15 @@ float max_abs_half(const half_bits* src, Half t, int64_t n, Stream s);
 // Per row y = x * rsqrt(mean(x^2) + eps) * w.  x, y: [M, D] (may alias); w: [D] f32
 void rms_norm(const float* x, const float* w, float eps, int64_t M, int64_t D, float* y, Stream s);
 
+// y = rms_norm(x) * g · wᵀ in one stream GEMV (the norm in its prologue), for
+// a decode step's first projection and its logits: no norm kernel, no h.
+// norm_matmul_fits: the shapes it takes (M <= 2, K % 8 == 0 up to 18432,
+// 16-byte aligned operands) and AUGUR_CUDA_STREAM on.
+// x: [M, K] f32 contiguous; g: [K] f32; w: [N, K] half; y: [M, N] f32 contiguous
+bool norm_matmul_fits(int64_t M, int64_t K, int64_t N);
+void norm_matmul(const float* x, int64_t M, int64_t K, const float* g, float eps, const half_bits* w, Half wt,
+                 int64_t N, float* y, Stream s);
+
 void add_inplace(float* a, const float* b, int64_t n, Stream s);               // a += b
 void swiglu(const float* gate, const float* up, float* out, int64_t n, Stream s);  // silu(g) * u
 
