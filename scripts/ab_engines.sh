@@ -9,11 +9,16 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/cuda_env.sh
-for d in a b; do [[ -x .dev/$d/augur ]] || tar -C .dev/$d -xJf .dev/$d/bundle.tar.xz; done
+engines=()
+for d in a b; do
+  [[ -f .dev/$d/bundle.tar.xz || -x .dev/$d/augur ]] || continue  # one engine: settings only
+  [[ -x .dev/$d/augur ]] || tar -C .dev/$d -xJf .dev/$d/bundle.tar.xz
+  engines+=("$d")
+done
 [[ $# -eq 0 ]] && set -- ""
 for rep in $(seq "${REPS:-3}"); do
   for setting in "$@"; do
-    for d in a b; do
+    for d in "${engines[@]}"; do
       name="$d ${setting:-default}"
       tag=$(echo "${d}_${setting:-default}_$rep" | tr -c 'A-Za-z0-9=\n' '_')
       env $setting timeout 120 .dev/$d/augur bench --device cuda --synthetic "${MODEL:-qwen3-8b}" --prompt 2048 \
