@@ -276,6 +276,86 @@ TEST_F(CudaFused, DecodeAttentionRopeEqualsUnfused) {
   EXPECT_FALSE(decode_attention_rope_fits(64, 2, 128, meta, false));  // 32 query heads a KV head: the scalar kernel
 }
 
+// The decode attention copying cached keys before its PDL wait (EARLY) gives
+// the default's outputs bit for bit, right after the kernel that stores the
+// step's new keys: rows of one to three new tokens (a row's later tokens see
+// its earlier ones, stored by the same step), windows, both cache types, and
+// the old cache at the new positions random, so a new key read too early
+// shows.
+TEST_F(CudaFused, DecodeAttentionEarlyEqualsDefault) {
+  std::mt19937 rng(35);
+  struct Row {
+    int32_t pos0, n;
+  };
+  const std::vector<std::vector<Row>> batches = {
+      {{97, 3}, {2045, 1}, {0, 1}, {63, 2}},                                               // 7 tokens
+      {{5, 1}, {64, 1}, {127, 1}, {128, 1}, {300, 1}, {1000, 1}, {1500, 1}, {2000, 1}, {2047, 1}}};  // 9 rows
+  const int64_t bs = 16, max_blocks = 2048 / bs;
+  struct Case {
+    int64_t n_head, n_head_kv, head_dim;
+    bool f16;
+    int32_t window;
+  };
+  const Case cases[] = {Case{32, 8, 128, false, 0}, Case{8, 8, 128, true, 100}, Case{4, 2, 64, true, 0},
+                        Case{6, 3, 16, false, 0}};
+  for (const auto& batch : batches) {
+    std::vector<int32_t> pos, rows, slots;
+    const int64_t R = int64_t(batch.size()), n_blocks = R * max_blocks;
+    std::vector<int32_t> pool(static_cast<size_t>(n_blocks)), tables(static_cast<size_t>(R * max_blocks));
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng);
+    int32_t max_row = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      for (int64_t b = 0; b < max_blocks; ++b) tables[size_t(r * max_blocks + b)] = pool[size_t(r * max_blocks + b)];
+      for (int32_t i = 0; i < batch[size_t(r)].n; ++i) {
+        const int32_t p = batch[size_t(r)].pos0 + i;
+        pos.push_back(p), rows.push_back(int32_t(r));
+        slots.push_back(tables[size_t(r * max_blocks + p / bs)] * int32_t(bs) + p % int32_t(bs));
+      }
+      max_row = std::max(max_row, batch[size_t(r)].n);
+    }
+    const int64_t T = int64_t(pos.size());
+    Buf<int32_t> dpos(pos), dslots(slots), drows(rows), dtables(tables);
+    AttnMeta meta;
+    meta.positions = dpos.get(), meta.slot_mapping = dslots.get(), meta.token_row = drows.get();
+    meta.block_tables = dtables.get(), meta.max_blocks = int32_t(max_blocks), meta.n_tokens = int32_t(T);
+    meta.max_context = 2048, meta.max_row_tokens = max_row;
+    for (const Case& c : cases) {
+      SCOPED_TRACE(testing::Message() << T << " tokens, heads " << c.n_head << "/" << c.n_head_kv << " D "
+                                      << c.head_dim << " f16 " << c.f16 << " window " << c.window);
+      const int64_t D = c.head_dim, kv_dim = c.n_head_kv * D, width = (c.n_head + 2 * c.n_head_kv) * D;
+      const Half kv = c.f16 ? Half::F16 : Half::BF16;
+      std::vector<float> qkv = uniform_floats(size_t(T * width), rng, -2.f, 2.f);
+      std::vector<float> inv_freq(32);
+      for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = float(std::pow(1e-4, double(i) / 32.0));
+      std::vector<uint16_t> cache0(size_t(n_blocks * bs * kv_dim));
+      std::uniform_real_distribution<float> u(-1.f, 1.f);
+      for (auto& h : cache0) h = c.f16 ? f32_to_f16(u(rng)) : f32_to_bf16(u(rng));
+      Buf<float> dqkv(qkv), dfreq(inv_freq), dq(size_t(T * c.n_head * D));
+      Buf<float> ws(attention_workspace_bytes(T, c.n_head, D, meta.max_context) / sizeof(float) + 1);
+      const float scale = 1.0f / std::sqrt(float(D));
+      std::vector<std::vector<float>> outs;
+      for (int early : {0, 1}) {
+        detail::attention_early_variant() = early;
+        Buf<uint16_t> kc(cache0), vc(cache0);
+        Buf<float> out(size_t(T * c.n_head * D));
+        out.poison();
+        qkv_rope_store(dqkv.get(), c.n_head, c.n_head_kv, D, nullptr, nullptr, 1e-6f, dfreq.get(),
+                       std::min<int64_t>(32, D / 2), meta, dq.get(), kc.get(), vc.get(), stream(), kv);
+        paged_attention(dq.get(), kc.get(), vc.get(), bs, c.n_head, c.n_head_kv, D, meta, scale, c.window, out.get(),
+                        ws.get(), stream(), kv);
+        outs.push_back(out.download());
+      }
+      detail::attention_early_variant() = -1;
+      for (size_t i = 0; i < outs[0].size(); ++i) {
+        ASSERT_TRUE(std::isfinite(outs[0][i])) << "out " << i;
+        ASSERT_EQ(std::memcmp(&outs[0][i], &outs[1][i], sizeof(float)), 0)
+            << "out " << i << ": " << outs[0][i] << " vs " << outs[1][i];
+      }
+    }
+  }
+}
+
 // ---- f16 ----------------------------------------------------------------------------
 
 uint16_t f16_sat(float f) { return f32_to_f16(std::fabs(f) > 65504.f ? std::copysign(65504.f, f) : f); }

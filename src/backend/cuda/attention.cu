@@ -713,8 +713,12 @@ struct RopeArgs {
 
 // As decode_kernel (same arguments but n_hpass, always 1 here): grid
 // (n_splits, n_head_kv, n_tokens), 128 threads. ROPE: q is unused; rope has
-// the projection and the rest of qkv_rope_store's inputs.
-template <int D, bool F16, bool ROPE>
+// the projection and the rest of qkv_rope_store's inputs. EARLY (not with
+// ROPE): the first stage's keys that earlier steps cached (positions before
+// the row's first new token) are copied into shared memory before the PDL
+// wait, and only the new ones after it, alongside q: one round trip to L2
+// less after the wait (the default prefetches them into L2 only).
+template <int D, bool F16, bool ROPE, bool EARLY = false>
 __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict__ q,
                                                         const uint16_t* __restrict__ k_cache,
                                                         const uint16_t* __restrict__ v_cache, Geometry geo,
@@ -741,12 +745,43 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
   const int k_end = min(p + 1, k_begin + split_len);
   const int32_t* bt = geo.block_tables + int64_t(geo.token_row[t]) * geo.max_blocks;
   const size_t row_stride = size_t(geo.n_head_kv) * D;
+  static_assert(!(ROPE && EARLY), "EARLY is for the separate RoPE kernel's q");
+  uint16_t* wbuf = kv + warp * C::kWarpBuf;
+  const int n_stages = (k_end - k_begin + C::kStage - 1) / C::kStage;
+  // Stage st's keys of this warp into its ring slot, those with `take(pos)`;
+  // positions past the split's end are zero-filled (P is 0 there, and 0 x 0
+  // stays 0).
+  auto issue_if = [&](int st, auto take) {
+    uint16_t* kb = wbuf + (st % C::kDepth) * 2 * C::kKeys * C::kStride;
+    uint16_t* vb = kb + C::kKeys * C::kStride;
+    const int key0 = k_begin + st * C::kStage + warp * C::kKeys;
+    for (int i = lane; i < C::kKeys * C::kChunks; i += 32) {
+      const int kl = i / C::kChunks, c = i % C::kChunks;
+      const int pos = key0 + kl;
+      if (!take(pos)) continue;
+      const bool valid = pos < k_end;
+      const size_t off = valid ? size_t(slot_of(bt, pos, geo)) * row_stride + size_t(kvh) * D + c * 8 : 0;
+      cp_async16(kb + kl * C::kStride + c * 8, k_cache + off, valid);
+      cp_async16(vb + kl * C::kStride + c * 8, v_cache + off, valid);
+    }
+  };
+  auto issue = [&](int st) { issue_if(st, [](int) { return true; }); };
+  // Positions from `fresh_from` on are written by this step (the row's new
+  // tokens: consecutive positions, consecutive in the batch, this one last).
+  int fresh_from = p;
+  if constexpr (EARLY) {
+    const int row = geo.token_row[t];
+    for (int u = t - 1; u >= 0 && geo.token_row[u] == row; --u) --fresh_from;
+    issue_if(0, [&](int pos) { return pos < fresh_from || pos >= k_end; });
+    cp_async_commit();
+  }
   {
     constexpr int kLines = D * 2 >= 128 ? D * 2 / 128 : 1;
-    const int n_keys = min(k_end - k_begin, C::kStage);
+    const int first = EARLY ? C::kStage : 0;  // EARLY: stage 0 is in flight already
+    const int n_keys = max(0, min(k_end - k_begin - first, C::kStage));
     for (int i = tid; i < n_keys * kLines; i += blockDim.x) {
       const size_t off =
-          size_t(slot_of(bt, k_begin + i / kLines, geo)) * row_stride + size_t(kvh) * D + (i % kLines) * 64;
+          size_t(slot_of(bt, k_begin + first + i / kLines, geo)) * row_stride + size_t(kvh) * D + (i % kLines) * 64;
       prefetch_l2(k_cache + off);
       prefetch_l2(v_cache + off);
     }
@@ -760,6 +795,10 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
     }
   }
   pdl_entry();
+  if constexpr (EARLY) {  // the new keys of stage 0, in flight beside q's load
+    issue_if(0, [&](int pos) { return pos >= fresh_from && pos < k_end; });
+    cp_async_commit();
+  }
 
   if constexpr (ROPE) {
     __syncthreads();  // cs
@@ -804,34 +843,20 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
   }
   __syncthreads();
 
-  uint16_t* wbuf = kv + warp * C::kWarpBuf;
-  const int n_stages = (k_end - k_begin + C::kStage - 1) / C::kStage;
-  auto issue = [&](int st) {
-    uint16_t* kb = wbuf + (st % C::kDepth) * 2 * C::kKeys * C::kStride;
-    uint16_t* vb = kb + C::kKeys * C::kStride;
-    const int key0 = k_begin + st * C::kStage + warp * C::kKeys;
-    for (int i = lane; i < C::kKeys * C::kChunks; i += 32) {
-      const int kl = i / C::kChunks, c = i % C::kChunks;
-      const int pos = key0 + kl;
-      const bool valid = pos < k_end;  // zero-filled otherwise: P is 0 there, and 0 x 0 stays 0
-      const size_t off = valid ? size_t(slot_of(bt, pos, geo)) * row_stride + size_t(kvh) * D + c * 8 : 0;
-      cp_async16(kb + kl * C::kStride + c * 8, k_cache + off, valid);
-      cp_async16(vb + kl * C::kStride + c * 8, v_cache + off, valid);
-    }
-  };
-
   // Rows g (fragment elements 0, 1) and g + 8 (2, 3) of the 16.
   float o[D / 8][4];
 #pragma unroll
   for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
-  issue(0);
-  cp_async_commit();
+  if constexpr (!EARLY) {
+    issue(0);
+    cp_async_commit();
+  }
   for (int st = 0; st < n_stages; ++st) {
     if (st + 1 < n_stages) issue(st + 1);
     cp_async_commit();
-    cp_async_wait<1>();
+    cp_async_wait<1>();  // every group but the newest (EARLY: stage 0 is two)
     __syncwarp();
     const uint16_t* kb = wbuf + (st % C::kDepth) * 2 * C::kKeys * C::kStride;
     const uint16_t* vb = kb + C::kKeys * C::kStride;
@@ -1004,6 +1029,18 @@ bool use_decode_tc(int group) {
   return on && group <= 16 && !detail::precision().decode_attention;
 }
 
+// The early-K/V variant of decode_tc_kernel (EARLY): detail::
+// attention_early_variant() if set (tests), else AUGUR_CUDA_ATTN_EARLY=1.
+// Off by default: not yet measured on a GPU (tenth session).
+bool attention_early() {
+  if (detail::attention_early_variant() >= 0) return detail::attention_early_variant() == 1;
+  static const bool on = [] {
+    const char* e = std::getenv("AUGUR_CUDA_ATTN_EARLY");
+    return e != nullptr && std::strcmp(e, "0") != 0;
+  }();
+  return on;
+}
+
 template <int D, bool F16, bool ROPE = false>
 void launch_decode_tc(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const Geometry& geo,
                       const DecodePlan& plan, float* out, void* workspace, Stream s, const RopeArgs& rope = {}) {
@@ -1015,14 +1052,21 @@ void launch_decode_tc(const float* q, const uint16_t* k_cache, const uint16_t* v
     fail("[cuda] paged_attention: ", geo.n_tokens, " tokens x ", grid.y, " KV heads exceed ", Context::kAttnCounters,
          " split counters");
   }
-  static std::once_flag once;
-  set_smem(decode_tc_kernel<D, F16, ROPE>, C::kSmem, once);
   float* part_acc = static_cast<float*>(workspace);
   auto* part_ml = reinterpret_cast<float2*>(part_acc + int64_t(geo.n_tokens) * geo.n_head * n_splits * D);
   int* counters = static_cast<int*>(context().attn_counters.get());
-  launch(ROPE ? "decode_tc_rope_kernel" : "decode_tc_kernel", decode_tc_kernel<D, F16, ROPE>, grid,
-         dim3(C::kWarps * 32), C::kSmem, s, q, k_cache, v_cache, geo, plan.split_len, want, n_splits, out, part_acc,
-         part_ml, counters, rope);
+  auto go = [&](auto kernel, const char* name) {
+    static std::once_flag once;  // one a kernel: go is a template
+    set_smem(kernel, C::kSmem, once);
+    launch(name, kernel, grid, dim3(C::kWarps * 32), C::kSmem, s, q, k_cache, v_cache, geo, plan.split_len, want,
+           n_splits, out, part_acc, part_ml, counters, rope);
+  };
+  if constexpr (ROPE)
+    go(decode_tc_kernel<D, F16, true>, "decode_tc_rope_kernel");
+  else if (attention_early())
+    go(decode_tc_kernel<D, F16, false, true>, "decode_tc_early_kernel");
+  else
+    go(decode_tc_kernel<D, F16, false>, "decode_tc_kernel");
 }
 
 template <int D, bool F16>
@@ -1074,6 +1118,11 @@ bool use_decode(const AttnMeta& meta) {
 namespace detail {
 
 int& attention_rope_variant() {
+  static int v = -1;
+  return v;
+}
+
+int& attention_early_variant() {
   static int v = -1;
   return v;
 }

@@ -79,6 +79,9 @@ int& decode_tail_variant();
 // decode_attention_rope's use in the engine, for tests: -1 (default)
 // AUGUR_CUDA_ATTN_ROPE, 0 off, 1 on.
 int& attention_rope_variant();
+// The decode attention copying cached keys before its PDL wait, for tests:
+// -1 (default) AUGUR_CUDA_ATTN_EARLY, 0 off, 1 on.
+int& attention_early_variant();
 
 // cuBLASLt on x already in bf16 (xb: [M, K] contiguous). algo < 0: the best
 // heuristic result (cached per shape); otherwise the algo-th heuristic result.
