@@ -335,7 +335,7 @@ TEST_F(CudaFused, DecodeAttentionEarlyEqualsDefault) {
       Buf<float> ws(attention_workspace_bytes(T, c.n_head, D, meta.max_context) / sizeof(float) + 1);
       const float scale = 1.0f / std::sqrt(float(D));
       std::vector<std::vector<float>> outs;
-      for (int early : {0, 1}) {
+      for (int early : {0, 1, 2}) {
         detail::attention_early_variant() = early;
         Buf<uint16_t> kc(cache0), vc(cache0);
         Buf<float> out(size_t(T * c.n_head * D));
@@ -347,11 +347,12 @@ TEST_F(CudaFused, DecodeAttentionEarlyEqualsDefault) {
         outs.push_back(out.download());
       }
       detail::attention_early_variant() = -1;
-      for (size_t i = 0; i < outs[0].size(); ++i) {
-        ASSERT_TRUE(std::isfinite(outs[0][i])) << "out " << i;
-        ASSERT_EQ(std::memcmp(&outs[0][i], &outs[1][i], sizeof(float)), 0)
-            << "out " << i << ": " << outs[0][i] << " vs " << outs[1][i];
-      }
+      for (size_t v = 1; v < outs.size(); ++v)
+        for (size_t i = 0; i < outs[0].size(); ++i) {
+          ASSERT_TRUE(std::isfinite(outs[0][i])) << "out " << i;
+          ASSERT_EQ(std::memcmp(&outs[0][i], &outs[v][i], sizeof(float)), 0)
+              << "variant " << v << " out " << i << ": " << outs[0][i] << " vs " << outs[v][i];
+        }
     }
   }
 }

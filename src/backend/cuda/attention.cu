@@ -152,7 +152,7 @@ __device__ __forceinline__ int token_split_len(int span, int min_len, int want) 
 // context fits this split) or the split's partial; the last block of a
 // (token, KV head, head pass) to finish merges the partials. scratch: smem for
 // the merge, MergeCfg<D, GP>::kFloats floats (may overlap red_acc).
-template <int D, int GP, int kWarps>
+template <int D, int GP, int kWarps, bool MERGE1 = false>
 __device__ void finish_decode(float* scratch, const float* red_acc, const float* red_ml, const Geometry& geo, int t,
                               int p, int lo, int split, int split_len, int n_splits, int h0, int n_heads_here,
                               float* __restrict__ out, float* __restrict__ part_acc, float2* __restrict__ part_ml,
@@ -201,6 +201,37 @@ __device__ void finish_decode(float* scratch, const float* red_acc, const float*
 
   // Merge the splits in split order, whichever block came last: weights
   // w_s = exp2(m_s - max_s m_s), out = sum_s w_s acc_s / sum_s w_s l_s.
+  // MERGE1, where a warp holds a head's D / 4 float4 lanes and there are at
+  // most kMerge1 splits: every load at once (one round trip to L2, not two),
+  // the same arithmetic in the same order as below, so the same bits.
+  constexpr int kMerge1 = 16;
+  if constexpr (MERGE1 && D == 128) {
+    if (n_active <= kMerge1 && n_heads_here <= kWarps) {
+      if (warp >= n_heads_here) return;
+      const int64_t th = th0 + warp;
+      const float2* ml = part_ml + th * n_splits;
+      const float* pacc = part_acc + th * n_splits * D + lane * 4;
+      const float2 v0 = lane < n_active ? __ldcg(ml + lane) : make_float2(-INFINITY, 0.f);
+      float4 acc[kMerge1];
+#pragma unroll
+      for (int s = 0; s < kMerge1; ++s)
+        if (s < n_active) acc[s] = __ldcg(reinterpret_cast<const float4*>(pacc + int64_t(s) * D));
+      const float mx = warp_max(v0.x);
+      const float ll = warp_sum(lane < n_active ? exp2f(v0.x - mx) * v0.y : 0.f);
+      const float inv = 1.0f / ll;
+      float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int s = 0; s < kMerge1; ++s) {
+        const float m_s = __shfl_sync(0xffffffffu, v0.x, s);
+        if (s < n_active) {
+          const float w = exp2f(m_s - mx);
+          a.x += w * acc[s].x, a.y += w * acc[s].y, a.z += w * acc[s].z, a.w += w * acc[s].w;
+        }
+      }
+      *reinterpret_cast<float4*>(out + th * D + lane * 4) = make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv);
+      return;
+    }
+  }
   using M = MergeCfg<D, GP>;
   float* sums = scratch;  // [kGroups][GP][D]
   float* stat = sums + M::kGroups * GP * D;    // [GP] (max, 1 / l)
@@ -717,8 +748,9 @@ struct RopeArgs {
 // ROPE): the first stage's keys that earlier steps cached (positions before
 // the row's first new token) are copied into shared memory before the PDL
 // wait, and only the new ones after it, alongside q: one round trip to L2
-// less after the wait (the default prefetches them into L2 only).
-template <int D, bool F16, bool ROPE, bool EARLY = false>
+// less after the wait (the default prefetches them into L2 only). EARLY 2:
+// also the split merge's loads at once (finish_decode's MERGE1).
+template <int D, bool F16, bool ROPE, int EARLY = 0>
 __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict__ q,
                                                         const uint16_t* __restrict__ k_cache,
                                                         const uint16_t* __restrict__ v_cache, Geometry geo,
@@ -745,7 +777,7 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
   const int k_end = min(p + 1, k_begin + split_len);
   const int32_t* bt = geo.block_tables + int64_t(geo.token_row[t]) * geo.max_blocks;
   const size_t row_stride = size_t(geo.n_head_kv) * D;
-  static_assert(!(ROPE && EARLY), "EARLY is for the separate RoPE kernel's q");
+  static_assert(!(ROPE && EARLY != 0), "EARLY is for the separate RoPE kernel's q");
   uint16_t* wbuf = kv + warp * C::kWarpBuf;
   const int n_stages = (k_end - k_begin + C::kStage - 1) / C::kStage;
   // Stage st's keys of this warp into its ring slot, those with `take(pos)`;
@@ -769,7 +801,7 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
   // Positions from `fresh_from` on are written by this step (the row's new
   // tokens: consecutive positions, consecutive in the batch, this one last).
   int fresh_from = p;
-  if constexpr (EARLY) {
+  if constexpr (EARLY != 0) {
     const int row = geo.token_row[t];
     for (int u = t - 1; u >= 0 && geo.token_row[u] == row; --u) --fresh_from;
     issue_if(0, [&](int pos) { return pos < fresh_from || pos >= k_end; });
@@ -777,7 +809,7 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
   }
   {
     constexpr int kLines = D * 2 >= 128 ? D * 2 / 128 : 1;
-    const int first = EARLY ? C::kStage : 0;  // EARLY: stage 0 is in flight already
+    const int first = EARLY != 0 ? C::kStage : 0;  // EARLY: stage 0 is in flight already
     const int n_keys = max(0, min(k_end - k_begin - first, C::kStage));
     for (int i = tid; i < n_keys * kLines; i += blockDim.x) {
       const size_t off =
@@ -795,7 +827,7 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
     }
   }
   pdl_entry();
-  if constexpr (EARLY) {  // the new keys of stage 0, in flight beside q's load
+  if constexpr (EARLY != 0) {  // the new keys of stage 0, in flight beside q's load
     issue_if(0, [&](int pos) { return pos >= fresh_from && pos < k_end; });
     cp_async_commit();
   }
@@ -849,7 +881,7 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
   for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
-  if constexpr (!EARLY) {
+  if constexpr (EARLY == 0) {
     issue(0);
     cp_async_commit();
   }
@@ -938,7 +970,8 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
     if (tq == 0) red_ml[(warp * 16 + r) * 2] = m[i], red_ml[(warp * 16 + r) * 2 + 1] = l[i];
   }
   __syncthreads();
-  finish_decode<D, 16, C::kWarps>(reinterpret_cast<float*>(kv), red_acc, red_ml, geo, t, p, lo, split, split_len,
+  finish_decode<D, 16, C::kWarps, EARLY == 2>(reinterpret_cast<float*>(kv), red_acc, red_ml, geo, t, p, lo, split,
+                                               split_len,
                                    n_splits, h0, G, out, part_acc, part_ml, counters);
 }
 
@@ -1029,16 +1062,16 @@ bool use_decode_tc(int group) {
   return on && group <= 16 && !detail::precision().decode_attention;
 }
 
-// The early-K/V variant of decode_tc_kernel (EARLY): detail::
-// attention_early_variant() if set (tests), else AUGUR_CUDA_ATTN_EARLY=1.
-// Off by default: not yet measured on a GPU (tenth session).
-bool attention_early() {
-  if (detail::attention_early_variant() >= 0) return detail::attention_early_variant() == 1;
-  static const bool on = [] {
+// decode_tc_kernel's EARLY: detail::attention_early_variant() if set
+// (tests), else AUGUR_CUDA_ATTN_EARLY (0, 1 early keys, 2 early keys and the
+// one-trip merge). Off by default: not yet measured on a GPU (tenth session).
+int attention_early() {
+  if (detail::attention_early_variant() >= 0) return std::min(detail::attention_early_variant(), 2);
+  static const int v = [] {
     const char* e = std::getenv("AUGUR_CUDA_ATTN_EARLY");
-    return e != nullptr && std::strcmp(e, "0") != 0;
+    return e == nullptr ? 0 : std::clamp(std::atoi(e), 0, 2);
   }();
-  return on;
+  return v;
 }
 
 template <int D, bool F16, bool ROPE = false>
@@ -1063,8 +1096,10 @@ void launch_decode_tc(const float* q, const uint16_t* k_cache, const uint16_t* v
   };
   if constexpr (ROPE)
     go(decode_tc_kernel<D, F16, true>, "decode_tc_rope_kernel");
-  else if (attention_early())
-    go(decode_tc_kernel<D, F16, false, true>, "decode_tc_early_kernel");
+  else if (attention_early() == 1)
+    go(decode_tc_kernel<D, F16, false, 1>, "decode_tc_early_kernel");
+  else if (attention_early() == 2)
+    go(decode_tc_kernel<D, F16, false, 2>, "decode_tc_early_kernel");
   else
     go(decode_tc_kernel<D, F16, false>, "decode_tc_kernel");
 }
