@@ -16,7 +16,7 @@ if [[ "${QUICK:-0}" == 0 ]]; then
   SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer)
   # racecheck on the decode_tail test's large shapes runs past any limit.
   for tool in memcheck racecheck; do
-    filter='CudaMatmul.StreamKernelShapes:CudaMatmul.StreamFusedEnds:CudaMatmul.Deterministic:CudaFused.DecodeAttentionRopeEqualsUnfused'
+    filter='CudaMatmul.StreamKernelShapes:CudaMatmul.StreamFusedEnds:CudaMatmul.Deterministic:CudaFused.DecodeAttentionRopeEqualsUnfused:CudaFused.DecodeAttentionEarlyEqualsDefault'
     [[ $tool == memcheck ]] && filter+=':CudaF16.DecodeTailEqualsUnfusedOps'
     timeout 120 "$SAN" --tool $tool "$BIN/test_cuda" --gtest_brief=1 --gtest_filter="$filter" > "$LOG/san_$tool.txt" 2>&1
     echo "$tool: $(tail -1 "$LOG/san_$tool.txt")"
@@ -36,21 +36,24 @@ run() {
   env "$@" timeout 120 $B8 > "$LOG/$name.json" 2> "$LOG/$name.err" && summ "$LOG/$name.json" "$name" ||
     { echo "$name failed"; tail -3 "$LOG/$name.err"; }
 }
-ATT=decode_tc_kernel,decode_tc_rope_kernel,decode_kernel
+ATT=decode_tc_kernel,decode_tc_rope_kernel,decode_tc_early_kernel,decode_kernel
 SMALL=qkv_rope_store_kernel,rope_kernel,store_kv_kernel,add_rms_norm_kernel,rms_norm_kernel,swiglu_kernel,swiglu_packed_kernel
-# default against B (default: AUGUR_CUDA_ATTN_ROPE=1, the decode attention
-# doing q/k norm + RoPE + the cache write; e.g. B=AUGUR_CUDA_DECODE_TAIL=0 for
-# the block tail unfused), twice each.
-B=${B:-AUGUR_CUDA_ATTN_ROPE=1}
+# default against B and B2 (default: AUGUR_CUDA_ATTN_EARLY=1 and =2, the
+# decode attention copying cached keys before its PDL wait, and merging its
+# splits in one round trip; e.g. B=AUGUR_CUDA_DECODE_TAIL=0 for the block
+# tail unfused, B2="" to skip), twice each.
+B=${B-AUGUR_CUDA_ATTN_EARLY=1}
+B2=${B2-AUGUR_CUDA_ATTN_EARLY=2}
 for rep in 1 2; do
   run default$rep
   run B_$rep $B
+  [[ -n "$B2" ]] && run B2_$rep $B2
 done
 if [[ "${EXTRA:-0}" != 0 ]]; then
   run rows AUGUR_CUDA_STREAM=0
   run ring128 AUGUR_CUDA_STREAM_RING=128
   # 144 KB leaves room beside a stream GEMV block for a decode attention
-  # block (74 KB at head_dim 128), so attention and the GEMVs around it can overlap.
+  # block (74 KB at head_dim 128); measured 25-30 us a step slower (tenth session).
   run ring144 AUGUR_CUDA_STREAM_RING=144
   run ring144_rope AUGUR_CUDA_STREAM_RING=144 AUGUR_CUDA_ATTN_ROPE=1
 fi
