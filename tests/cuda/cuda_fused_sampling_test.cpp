@@ -27,6 +27,7 @@
 #include "backend/cpu/ops_cpu.h"
 #include "backend/cuda/detail.h"
 #include "backend/cuda/kernels.h"
+#include "backend/device.h"
 #include "backend/ops.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
@@ -698,6 +699,59 @@ TEST_F(CudaSampling, GreedyIsArgmax) {
     if (V > 3) {
       EXPECT_EQ(got[1], 1);
     }
+  }
+}
+
+// ops::sample on CUDA logits: every row greedy takes the split argmax (no
+// parameters uploaded), a sampled row the sample kernel; both give the CPU's
+// tokens.
+TEST_F(CudaSampling, OpsSampleRoutesGreedyRowsToTheArgmax) {
+  std::mt19937 rng(43);
+  const int64_t n = 3, V = 151936;
+  Tensor host = Tensor::empty(DType::F32, {n, V});
+  const std::vector<float> values = uniform_floats(size_t(n * V), rng, -8.f, 8.f);
+  std::copy(values.begin(), values.end(), host.data<float>());
+  host.data<float>()[V - 1] = 20.f;              // row 0: the last logit
+  host.data<float>()[V + 7] = host.data<float>()[V + 9] = 20.f;  // row 1: a tie, the lower id
+  const Tensor dev = to_device(host, Device::CUDA);
+  std::vector<ops::SampleRow> rows(static_cast<size_t>(n));
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) rows[2].temperature = 0.8f, rows[2].top_k = 40, rows[2].uniform = 0.37f;  // one sampled row
+    std::vector<int32_t> got(static_cast<size_t>(n)), want(static_cast<size_t>(n));
+    ops::sample(dev, rows, got);
+    ops::sample(host, rows, want);
+    EXPECT_EQ(got, want) << "pass " << pass;
+    EXPECT_EQ(got[0], V - 1);
+    EXPECT_EQ(got[1], 7);
+  }
+}
+
+// ops::rms_norm_linear: one stream GEMV with the norm in it for 1 and 2 rows,
+// rms_norm then linear for 3; all within f32 rounding of the two ops.
+TEST_F(CudaFused, RmsNormLinearEqualsNormThenLinear) {
+  std::mt19937 rng(44);
+  const int64_t K = 4096, N = 1000;
+  std::vector<float> w32 = uniform_floats(size_t(N * K), rng, -0.05f, 0.05f);
+  Tensor wh = Tensor::empty(DType::BF16, {N, K});
+  for (size_t i = 0; i < w32.size(); ++i) wh.data<uint16_t>()[i] = f32_to_bf16(w32[i]);
+  Tensor gh = Tensor::empty(DType::F32, {K});
+  const std::vector<float> g = uniform_floats(size_t(K), rng, 0.5f, 1.5f);
+  std::copy(g.begin(), g.end(), gh.data<float>());
+  const Tensor w = to_device(wh, Device::CUDA), gd = to_device(gh, Device::CUDA);
+  for (int64_t M : {1, 2, 3}) {
+    Tensor xh = Tensor::empty(DType::F32, {M, K});
+    const std::vector<float> x = uniform_floats(size_t(M * K), rng, -3.f, 3.f);
+    std::copy(x.begin(), x.end(), xh.data<float>());
+    const Tensor xd = to_device(xh, Device::CUDA);
+    const Tensor h = empty_on(Device::CUDA, DType::F32, {M, K}), y = empty_on(Device::CUDA, DType::F32, {M, N});
+    const Tensor h2 = empty_on(Device::CUDA, DType::F32, {M, K}), y2 = empty_on(Device::CUDA, DType::F32, {M, N});
+    ops::rms_norm_linear(xd, gd, 1e-6f, w, h, y);
+    ops::rms_norm(xd, gd, 1e-6f, h2);
+    ops::linear(h2, w, y2);
+    const Tensor a = to_device(y, Device::CPU), b = to_device(y2, Device::CPU);
+    for (int64_t i = 0; i < M * N; ++i)
+      ASSERT_NEAR(a.data<float>()[i], b.data<float>()[i], 1e-4f + 1e-4f * std::fabs(b.data<float>()[i]))
+          << "M " << M << " at " << i;
   }
 }
 
