@@ -2,7 +2,8 @@
 # Timelines of the batch-1 decode step (AUGUR_CUDA_TIMELINE, CUPTI), one per
 # setting, each read by scripts/timeline.py: where the step's time goes
 # kernel by kernel. Also the step without the timeline, for CUPTI's cost.
-#   here: CUPTI=1 bash scripts/build_cuda_bundle.sh
+#   here: TARGETS=augur CUPTI=1 bash scripts/build_cuda_bundle.sh
+#   (the whole bundle with CUPTI no longer fits the carried tree's 64 MiB)
 #   device: bash scripts/decode_timeline.sh ["ENV=V ENV2=V" ...]   carry: [".dev"]
 # Each argument is one setting (environment assignments; "" the default).
 # MODEL (default qwen3-8b) and CTX (default 128) choose the bench; PLAIN=0
