@@ -336,6 +336,9 @@ TEST_F(CudaFused, DecodeAttentionEarlyEqualsDefault) {
       Buf<float> ws(attention_workspace_bytes(T, c.n_head, D, meta.max_context) / sizeof(float) + 1);
       const float scale = 1.0f / std::sqrt(float(D));
       std::vector<std::vector<float>> outs;
+      struct Reset {  // a failure must not leave the variant set for later tests
+        ~Reset() { detail::attention_early_variant() = -1; }
+      } reset;
       for (int early : {0, 1, 2}) {
         detail::attention_early_variant() = early;
         Buf<uint16_t> kc(cache0), vc(cache0);
@@ -347,7 +350,6 @@ TEST_F(CudaFused, DecodeAttentionEarlyEqualsDefault) {
                         ws.get(), stream(), kv);
         outs.push_back(out.download());
       }
-      detail::attention_early_variant() = -1;
       for (size_t v = 1; v < outs.size(); ++v)
         for (size_t i = 0; i < outs[0].size(); ++i) {
           ASSERT_TRUE(std::isfinite(outs[0][i])) << "out " << i;

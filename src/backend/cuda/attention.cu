@@ -1088,20 +1088,22 @@ void launch_decode_tc(const float* q, const uint16_t* k_cache, const uint16_t* v
   float* part_acc = static_cast<float*>(workspace);
   auto* part_ml = reinterpret_cast<float2*>(part_acc + int64_t(geo.n_tokens) * geo.n_head * n_splits * D);
   int* counters = static_cast<int*>(context().attn_counters.get());
-  auto go = [&](auto kernel, const char* name) {
-    static std::once_flag once;  // one a kernel: go is a template
+  // A flag a kernel: the variants share one function type, so a static in
+  // go would set only the first one's shared-memory limit.
+  static std::once_flag once[3];
+  auto go = [&](auto kernel, const char* name, std::once_flag& once) {
     set_smem(kernel, C::kSmem, once);
     launch(name, kernel, grid, dim3(C::kWarps * 32), C::kSmem, s, q, k_cache, v_cache, geo, plan.split_len, want,
            n_splits, out, part_acc, part_ml, counters, rope);
   };
   if constexpr (ROPE)
-    go(decode_tc_kernel<D, F16, true>, "decode_tc_rope_kernel");
+    go(decode_tc_kernel<D, F16, true>, "decode_tc_rope_kernel", once[0]);
   else if (attention_early() == 1)
-    go(decode_tc_kernel<D, F16, false, 1>, "decode_tc_early_kernel");
+    go(decode_tc_kernel<D, F16, false, 1>, "decode_tc_early_kernel", once[1]);
   else if (attention_early() == 2)
-    go(decode_tc_kernel<D, F16, false, 2>, "decode_tc_early_kernel");
+    go(decode_tc_kernel<D, F16, false, 2>, "decode_tc_early_kernel", once[2]);
   else
-    go(decode_tc_kernel<D, F16, false>, "decode_tc_kernel");
+    go(decode_tc_kernel<D, F16, false>, "decode_tc_kernel", once[0]);
 }
 
 template <int D, bool F16>
