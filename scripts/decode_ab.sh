@@ -12,7 +12,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/cuda_env.sh
 if [[ "${QUICK:-0}" == 0 ]]; then
-  timeout 120 "$BIN/test_cuda" --gtest_brief=1 2>&1 | grep -v '^\[cuda\|bit-equal' | tail -3
+  timeout 120 "$BIN/test_cuda" --gtest_brief=1 > "$LOG/test_cuda.txt" 2>&1
+  grep -E '^\[  FAILED|^\[  PASSED|^\[=' "$LOG/test_cuda.txt" | sort -u | head -20
   SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer)
   # racecheck on the decode_tail test's large shapes runs past any limit.
   for tool in memcheck racecheck; do
@@ -38,16 +39,23 @@ run() {
 }
 ATT=decode_tc_kernel,decode_tc_rope_kernel,decode_tc_early_kernel,decode_kernel
 SMALL=qkv_rope_store_kernel,rope_kernel,store_kv_kernel,add_rms_norm_kernel,rms_norm_kernel,swiglu_kernel,swiglu_packed_kernel
-# default against B and B2 (default: AUGUR_CUDA_ATTN_EARLY=1 and =2, the
-# decode attention copying cached keys before its PDL wait, and merging its
-# splits in one round trip; e.g. B=AUGUR_CUDA_DECODE_TAIL=0 for the block
-# tail unfused, B2="" to skip), twice each.
-B=${B-AUGUR_CUDA_ATTN_EARLY=1}
-B2=${B2-AUGUR_CUDA_ATTN_EARLY=2}
+# default against variants, twice each, alternating: arguments name:ENV=V,ENV2=V2
+# (e.g. early:AUGUR_CUDA_ATTN_EARLY=1 pf:AUGUR_CUDA_PREFETCH_L2=0.5), or
+# without arguments B and B2 (default AUGUR_CUDA_ATTN_EARLY=1 and =2; B2=""
+# to skip).
+variants=("$@")
+if [[ ${#variants[@]} == 0 ]]; then
+  B=${B-AUGUR_CUDA_ATTN_EARLY=1}
+  B2=${B2-AUGUR_CUDA_ATTN_EARLY=2}
+  variants=("B:${B// /,}")
+  [[ -n "$B2" ]] && variants+=("B2:${B2// /,}")
+fi
 for rep in 1 2; do
   run default$rep
-  run B_$rep $B
-  [[ -n "$B2" ]] && run B2_$rep $B2
+  for v in "${variants[@]}"; do
+    IFS=, read -r -a envs <<< "${v#*:}"
+    run "${v%%:*}_$rep" "${envs[@]}"
+  done
 done
 if [[ "${EXTRA:-0}" != 0 ]]; then
   run rows AUGUR_CUDA_STREAM=0
