@@ -135,11 +135,6 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& y) {
     cpu::rms_norm(x.data<float>(), w.data<float>(), eps, rows_of(x), D, y.data<float>());
 }
 
-void prefetch(const Tensor& w) {
-  if (w.device() == Device::CUDA && cuda::prefetch_l2_fraction() > 0)
-    cuda::prefetch_l2(w.raw(), int64_t(w.nbytes()), cuda::stream());
-}
-
 void rms_norm_linear(const Tensor& x, const Tensor& g, float eps, const Tensor& w, const Tensor& h, const Tensor& y) {
   const Device dev = x.device();
   auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0; };

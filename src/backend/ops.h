@@ -30,11 +30,6 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& y);
 // x, h: [M, K]; g: [K]; w: [N, K]; y: [M, N]
 void rms_norm_linear(const Tensor& x, const Tensor& g, float eps, const Tensor& w, const Tensor& h, const Tensor& y);
 
-// A hint: start reading (part of) the weight w into the device's cache, for
-// a decode step that reads it after a kernel leaving memory idle. CUDA:
-// cuda::prefetch_l2 (its fraction 0, the default for now: nothing); CPU: nothing.
-void prefetch(const Tensor& w);
-
 // a += b.  a, b: same shape, f32
 void add_inplace(const Tensor& a, const Tensor& b);
 

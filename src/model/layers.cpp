@@ -182,9 +182,6 @@ Tensor attention_mix(const Tensor& x, const AttentionWeights& w, const Attention
       qkv = scratch.get("attn.qkv", {T, q_width + 2 * s.n_head_kv * s.head_dim});
       ops::linear(x, w.wqkv, qkv);
     }
-    // Decode: the o projection's weights into L2 while RoPE and attention
-    // leave HBM idle (a CUDA hint, off by default; cuda::prefetch_l2).
-    if (T <= 16) ops::prefetch(w.wo);
     if (!w.output_gate) {  // where the backend fuses them (ops.h), attention does the norms, RoPE and cache writes
       Tensor attn = scratch.get("attn.out", {T, s.n_head, s.head_dim});
       Tensor workspace = scratch.get("attn.workspace", {ops::attention_workspace(q, batch)});

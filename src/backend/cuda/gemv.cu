@@ -653,42 +653,6 @@ void generic_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const hal
 
 }  // namespace detail
 
-namespace {
-
-constexpr int64_t kPrefetchChunk = 16 << 10;  // bytes a thread asks for (a multiple of 16)
-
-// Trigger first: nothing in this kernel is waited on but its completion,
-// which follows the previous kernel's (the wait), so the chain stays ordered.
-// p: 16-byte aligned; bytes: a multiple of 16.
-__global__ void l2_prefetch_kernel(const char* __restrict__ p, int64_t bytes) {
-  pdl_launch_dependents();
-  pdl_wait();  // after the previous kernel: its own stream keeps all of HBM
-  const int64_t at = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kPrefetchChunk;
-  if (at < bytes) {
-    const uint32_t n = uint32_t(min(int64_t(kPrefetchChunk), bytes - at));
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + at), "r"(n) : "memory");
-  }
-}
-
-}  // namespace
-
-double prefetch_l2_fraction() {
-  static const double f = [] {
-    const char* e = std::getenv("AUGUR_CUDA_PREFETCH_L2");
-    return e == nullptr ? 0.0 : std::clamp(std::atof(e), 0.0, 1.0);
-  }();
-  return f;
-}
-
-void prefetch_l2(const void* w, int64_t bytes, Stream s) {
-  bytes = int64_t(double(bytes) * prefetch_l2_fraction()) & ~int64_t(15);
-  if (bytes <= 0 || (reinterpret_cast<uintptr_t>(w) & 15) != 0) return;
-  constexpr int kThreads = 128;
-  const int64_t blocks = ceil_div(ceil_div(bytes, kPrefetchChunk), int64_t(kThreads));
-  launch("l2_prefetch_kernel", l2_prefetch_kernel, dim3(unsigned(blocks)), dim3(kThreads), 0, s,
-         static_cast<const char*>(w), bytes);
-}
-
 bool norm_matmul_fits(int64_t M, int64_t K, int64_t N) {
   return detail::stream_gemv_enabled() && detail::stream_gemv_fits(M, K, N);
 }

@@ -194,14 +194,6 @@ void decode_attention_rope(const float* qkv, const float* q_norm, const float* k
                            const AttnMeta& meta, float scale, int32_t window, float* out, void* workspace, Stream s,
                            Half kv = Half::BF16);
 
-// Starts reading the first `fraction` (AUGUR_CUDA_PREFETCH_L2, default
-// prefetch_l2_fraction()) of w's `bytes` into L2 and returns: for a decode
-// step's weight read soon after a kernel that leaves HBM idle (attention
-// before the o projection). Launched with PDL, it lets the next kernel start
-// launching at once and waits for the previous one before reading.
-double prefetch_l2_fraction();
-void prefetch_l2(const void* w, int64_t bytes, Stream s);
-
 // out[r] = argmax over logits[r, :] (first index on ties). logits: [n_rows, n_vocab]
 void argmax(const float* logits, int64_t n_rows, int64_t n_vocab, int32_t* out, Stream s);
 

@@ -43,8 +43,6 @@ void paged_attention(const float*, const half_bits*, const half_bits*, int64_t, 
                      const AttnMeta&, float, int32_t, float*, void*, Stream, Half) {
   no_cuda("paged_attention");
 }
-double prefetch_l2_fraction() { return 0.0; }
-void prefetch_l2(const void*, int64_t, Stream) { no_cuda("prefetch_l2"); }
 void argmax(const float*, int64_t, int64_t, int32_t*, Stream) { no_cuda("argmax"); }
 bool decode_attention_rope_enabled() { return false; }
 bool decode_attention_rope_fits(int64_t, int64_t, int64_t, const AttnMeta&, bool) { return false; }
