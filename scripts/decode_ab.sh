@@ -40,13 +40,14 @@ run() {
 ATT=decode_tc_kernel,decode_tc_rope_kernel,decode_tc_early_kernel,decode_kernel
 SMALL=qkv_rope_store_kernel,rope_kernel,store_kv_kernel,add_rms_norm_kernel,rms_norm_kernel,swiglu_kernel,swiglu_packed_kernel
 # default against variants, twice each, alternating: arguments name:ENV=V,ENV2=V2
-# (e.g. early:AUGUR_CUDA_ATTN_EARLY=1 pf:AUGUR_CUDA_PREFETCH_L2=0.5), or
-# without arguments B and B2 (default AUGUR_CUDA_ATTN_EARLY=1 and =2; B2=""
-# to skip).
+# (e.g. early0:AUGUR_CUDA_ATTN_EARLY=0 tail0:AUGUR_CUDA_DECODE_TAIL=0), or
+# without arguments B and B2 (default AUGUR_CUDA_ATTN_EARLY=0 and =1, the
+# decode attention without the early key copy, and with it but never the
+# one-trip split merge; B2="" to skip).
 variants=("$@")
 if [[ ${#variants[@]} == 0 ]]; then
-  B=${B-AUGUR_CUDA_ATTN_EARLY=1}
-  B2=${B2-AUGUR_CUDA_ATTN_EARLY=2}
+  B=${B-AUGUR_CUDA_ATTN_EARLY=0}
+  B2=${B2-AUGUR_CUDA_ATTN_EARLY=1}
   variants=("B:${B// /,}")
   [[ -n "$B2" ]] && variants+=("B2:${B2// /,}")
 fi

@@ -152,6 +152,8 @@ __device__ __forceinline__ int token_split_len(int span, int min_len, int want) 
 // context fits this split) or the split's partial; the last block of a
 // (token, KV head, head pass) to finish merges the partials. scratch: smem for
 // the merge, MergeCfg<D, GP>::kFloats floats (may overlap red_acc).
+constexpr int kMerge1Splits = 16;  // finish_decode's one-trip merge: at most this many splits
+
 template <int D, int GP, int kWarps, bool MERGE1 = false>
 __device__ void finish_decode(float* scratch, const float* red_acc, const float* red_ml, const Geometry& geo, int t,
                               int p, int lo, int split, int split_len, int n_splits, int h0, int n_heads_here,
@@ -204,7 +206,7 @@ __device__ void finish_decode(float* scratch, const float* red_acc, const float*
   // MERGE1, where a warp holds a head's D / 4 float4 lanes and there are at
   // most kMerge1 splits: every load at once (one round trip to L2, not two),
   // the same arithmetic in the same order as below, so the same bits.
-  constexpr int kMerge1 = 16;
+  constexpr int kMerge1 = kMerge1Splits;
   if constexpr (MERGE1 && D == 128) {
     if (n_active <= kMerge1 && n_heads_here <= kWarps) {
       if (warp >= n_heads_here) return;
@@ -1062,16 +1064,21 @@ bool use_decode_tc(int group) {
   return on && group <= 16 && !detail::precision().decode_attention;
 }
 
-// decode_tc_kernel's EARLY: detail::attention_early_variant() if set
-// (tests), else AUGUR_CUDA_ATTN_EARLY (0, 1 early keys, 2 early keys and the
-// one-trip merge). Off by default: not yet measured on a GPU (tenth session).
-int attention_early() {
+// decode_tc_kernel's EARLY for a launch of n_splits splits:
+// detail::attention_early_variant() if set (tests), else AUGUR_CUDA_ATTN_EARLY
+// (0 off, 1 early keys, 2 early keys and the one-trip merge), else 2 where
+// every split merge fits the one trip (finish_decode's kMerge1) and 1 where
+// none does (2's registers cost it there). H200, Qwen3-8B batch 1 (eleventh
+// session), ms a step at context 2048 / 128: 0 4.113 / 4.008, 1 4.084 /
+// 3.990, 2 4.095 / 3.967.
+int attention_early(int n_splits) {
   if (detail::attention_early_variant() >= 0) return std::min(detail::attention_early_variant(), 2);
   static const int v = [] {
     const char* e = std::getenv("AUGUR_CUDA_ATTN_EARLY");
-    return e == nullptr ? 0 : std::clamp(std::atoi(e), 0, 2);
+    return e == nullptr ? -1 : std::clamp(std::atoi(e), 0, 2);
   }();
-  return v;
+  if (v >= 0) return v;
+  return n_splits <= kMerge1Splits ? 2 : 1;
 }
 
 template <int D, bool F16, bool ROPE = false>
@@ -1098,9 +1105,9 @@ void launch_decode_tc(const float* q, const uint16_t* k_cache, const uint16_t* v
   };
   if constexpr (ROPE)
     go(decode_tc_kernel<D, F16, true>, "decode_tc_rope_kernel", once[0]);
-  else if (attention_early() == 1)
+  else if (attention_early(n_splits) == 1)
     go(decode_tc_kernel<D, F16, false, 1>, "decode_tc_early_kernel", once[1]);
-  else if (attention_early() == 2)
+  else if (attention_early(n_splits) == 2)
     go(decode_tc_kernel<D, F16, false, 2>, "decode_tc_early_kernel", once[2]);
   else
     go(decode_tc_kernel<D, F16, false>, "decode_tc_kernel", once[0]);

@@ -80,8 +80,8 @@ int& decode_tail_variant();
 // AUGUR_CUDA_ATTN_ROPE, 0 off, 1 on.
 int& attention_rope_variant();
 // The decode attention copying cached keys before its PDL wait, for tests:
-// -1 (default) AUGUR_CUDA_ATTN_EARLY, 0 off, 1 on, 2 on with the split
-// merge's loads at once.
+// -1 (default) AUGUR_CUDA_ATTN_EARLY or by the split count, 0 off, 1 on, 2
+// on with the split merge's loads at once.
 int& attention_early_variant();
 
 // cuBLASLt on x already in bf16 (xb: [M, K] contiguous). algo < 0: the best
