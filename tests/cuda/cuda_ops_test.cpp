@@ -369,6 +369,58 @@ TEST_F(CudaMatmul, TensorCorePath) {
   run_matmul({20, 33, 17, 1, 1}, seed++);
 }
 
+// The skinny tensor-core GEMM (detail::stream_mma) against the CPU on x
+// rounded as the kernel rounds it, f32 products: one and two m16 tiles (3..32
+// rows), fewer row groups than SMs and several a block, several 1024-column
+// chunks, strided x and y, bf16 and f16; the same bits on a second run.
+TEST_F(CudaMatmul, StreamMmaShapes) {
+  std::mt19937 rng(14);
+  struct Shape {
+    int64_t M, K, N, ldx_pad, ldy_pad;
+  };
+  const Shape shapes[] = {{3, 1024, 16, 0, 0},    {8, 2048, 48, 2, 3},    {16, 3072, 4800, 0, 0},
+                          {17, 1024, 2128, 4, 1}, {32, 4096, 4112, 0, 0}, {32, 12288, 256, 0, 5},
+                          {5, 5120, 8464, 0, 0}};
+  for (const bool f16 : {false, true})
+    for (const Shape& c : shapes) {
+      const std::string what = "M " + std::to_string(c.M) + " K " + std::to_string(c.K) + " N " +
+                               std::to_string(c.N) + " f16 " + std::to_string(f16);
+      ASSERT_TRUE(detail::stream_mma_fits(c.M, c.K, c.N)) << what;
+      const int64_t ldx = c.K + c.ldx_pad, ldy = c.N + c.ldy_pad;
+      std::vector<float> x = randn(size_t(c.M * ldx), rng);
+      std::vector<uint16_t> w = rand_bf16(size_t(c.N * c.K), rng);
+      if (f16)
+        for (auto& v : w) v = f32_to_f16(bf16_to_f32(v));
+      std::vector<float> xr(size_t(c.M * c.K)), wf(w.size()), ref(size_t(c.M * c.N));
+      for (int64_t m = 0; m < c.M; ++m)
+        for (int64_t k = 0; k < c.K; ++k) {
+          const float v = x[size_t(m * ldx + k)];
+          xr[size_t(m * c.K + k)] = f16 ? f16_to_f32(f32_to_f16(v)) : bf16_to_f32(f32_to_bf16(v));
+        }
+      for (size_t i = 0; i < w.size(); ++i) wf[i] = f16 ? f16_to_f32(w[i]) : bf16_to_f32(w[i]);
+      cpu::matmul(xr.data(), c.M, c.K, c.K, wf.data(), DType::F32, c.N, ref.data(), c.N, ThreadPool::global());
+      Dev<float> dx(x), dy(size_t(c.M * ldy));
+      Dev<uint16_t> dw(w);
+      std::vector<float> runs[2];
+      for (auto& out : runs) {
+        dy.poison();
+        detail::stream_mma(dx.get(), c.M, c.K, ldx, dw.get(), f16 ? Half::F16 : Half::BF16, c.N, dy.get(), ldy,
+                           stream());
+        out = dy.download();
+      }
+      ASSERT_EQ(0, std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 4)) << what;
+      std::vector<float> got(ref.size());
+      for (int64_t m = 0; m < c.M; ++m)
+        for (int64_t n = 0; n < c.N; ++n) got[size_t(m * c.N + n)] = runs[0][size_t(m * ldy + n)];
+      const ErrStats e = compare(got, ref);
+      EXPECT_TRUE(e.all_finite) << what;
+      EXPECT_LE(e.rel_l2, 1e-5) << what;
+    }
+  EXPECT_FALSE(detail::stream_mma_fits(33, 1024, 16));
+  EXPECT_FALSE(detail::stream_mma_fits(8, 1000, 16));
+  EXPECT_FALSE(detail::stream_mma_fits(8, 1024, 24));
+}
+
 TEST_F(CudaMatmul, PreconvertedInput) {
   std::mt19937 rng(9);
   const int64_t M = 48, K = 1024, N = 333;

@@ -1,0 +1,231 @@
+// Skinny tensor-core GEMM for batched decode (3..32 rows of x):
+// y[m, n] = sum_k x[m, k] w[n, k], x rounded to the weights' type (as the
+// cuBLASLt path rounds it), f32 accumulation.
+//
+// Why: at M = 32 cuBLASLt reads Qwen3-8B's weights at ~2.75 TB/s (tenth
+// session), where the batch-1 stream GEMV (gemv.cu stream_kernel) reads them
+// at the copy rate. This is that kernel's bulk-copy ring feeding mma.
+//
+// One block an SM. A producer thread streams stages into a ring of shared
+// memory: stage = kRows (16) rows of w x kChunk (1024) columns, one 2 KB bulk
+// copy a row, rows padded to kPitch halves so ldmatrix's eight row addresses
+// fall in distinct banks. Block b takes the row groups b, b + grid, ... and
+// walks them chunk-major: every group of chunk 0, then of chunk 1, and so on,
+// so each consumer warp loads its slice of x once a chunk: warp q multiplies
+// columns [q * 128, q * 128 + 128) of every stage, its A fragments (x, m16 x
+// k16, MT tiles of 16 rows) in registers, the weights as mma's B operand
+// (n8 x k16, [n][k] rows: ldmatrix without transpose). At a stage's end the
+// warps' [MT * 16, 16] sums meet in shared memory and are added in warp
+// order, then onto the group's running sum (chunk order; shared memory) or,
+// at the last chunk, stored to y: deterministic, no atomics, no partials in
+// global memory.
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/detail.h"
+
+namespace augur::cuda {
+namespace {
+
+constexpr int kRows = 16;                  // rows of w a stage (two n8 tiles)
+constexpr int kWarps = 8;                  // consumer warps
+constexpr int kWarpK = 128;                // columns a warp multiplies of each stage (8 k16 steps)
+constexpr int kChunk = kWarps * kWarpK;    // 1024 columns a stage
+constexpr int kPitch = kChunk + 8;         // halves a ring row: 2064 bytes, rows 4 banks apart
+constexpr int kThreads = (kWarps + 1) * 32;
+constexpr size_t kStageBytes = size_t(kRows) * kPitch * 2;
+constexpr size_t kMaxSmem = 227 * 1024;
+
+// Shared memory besides the ring: mbarriers, the warps' sums (two buffers)
+// and the groups' running sums.
+template <int MT>
+constexpr size_t side_bytes(int slots, int groups) {
+  constexpr size_t out = size_t(MT) * 16 * kRows;  // a group's outputs
+  return size_t(2 * slots) * sizeof(uint64_t) + (2 * kWarps * out + size_t(groups) * out) * sizeof(float);
+}
+
+// Two floats of x as one register of the A fragment (lo: the lower k).
+template <bool F16>
+__device__ __forceinline__ uint32_t pack_x(const float* __restrict__ x, int64_t ldx, int m, int M, int k) {
+  if (m >= M) return 0u;
+  const float2 v = __ldg(reinterpret_cast<const float2*>(x + int64_t(m) * ldx + k));
+  return uint32_t(f32_to_half<F16>(v.x)) | (uint32_t(f32_to_half<F16>(v.y)) << 16);
+}
+
+// x: [M, K] f32 (row stride ldx, even; M <= MT * 16); w: [N, K] half (K % kChunk
+// == 0, N % kRows == 0, 16-byte aligned); y: [M, N] f32 (row stride ldy).
+// smem: ring [slots][kRows][kPitch] half, full[slots], empty[slots],
+// red[2][kWarps][MT * 16][kRows] f32, run[groups][MT * 16][kRows] f32.
+template <int MT, bool F16>
+__global__ void __launch_bounds__(kThreads, 1)
+    stream_mma_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
+                      float* __restrict__ y, int64_t ldy, int slots) {
+  constexpr int OUT = MT * 16 * kRows;
+  extern __shared__ __align__(128) unsigned char smem[];
+  uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(slots) * kStageBytes);
+  uint64_t* empty = full + slots;
+  float* red = reinterpret_cast<float*>(empty + slots);
+  float* run = red + 2 * kWarps * OUT;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int G = int(gridDim.x), blk = int(blockIdx.x);
+  const int n_groups = (N / kRows - blk + G - 1) / G;  // groups blk, blk + G, ... (the grid has at most N / kRows)
+  const int n_chunks = K / kChunk;
+  const int n_stages = n_groups * n_chunks;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < slots; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], kWarps * 32);
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (warp == kWarps) {  // the producer: weights only, so no PDL wait
+    if (lane != 0) return;
+    for (int i = 0; i < n_stages; ++i) {
+      const int slot = i % slots;
+      if (i >= slots) mbar_wait(&empty[slot], uint32_t(i / slots - 1) & 1u);
+      const int c = i / n_groups, j = i - c * n_groups;
+      const int64_t row0 = int64_t(blk + j * G) * kRows;
+      mbar_arrive_expect_tx(&full[slot], uint32_t(kRows * kChunk * 2));
+      for (int r = 0; r < kRows; ++r)
+        bulk_copy_g2s(ring + (size_t(slot) * kRows + r) * kPitch, w + (row0 + r) * K + int64_t(c) * kChunk,
+                      uint32_t(kChunk * 2), &full[slot]);
+    }
+    return;
+  }
+
+  pdl_wait();
+  pdl_launch_dependents();
+  const int g = lane >> 2, t4 = lane & 3;  // the fragments' row group and column pair
+  // ldmatrix.x4 rows: lanes 0-7 / 8-15 / 16-23 / 24-31 address n 0-7 k 0-7,
+  // n 0-7 k 8-15, n 8-15 k 0-7, n 8-15 k 8-15 of a k16 step: b[0], b[1] are
+  // the first n8 tile's B fragment, b[2], b[3] the second's.
+  const int b_off = ((lane >> 4) * 8 + (lane & 7)) * kPitch + warp * kWarpK + ((lane >> 3) & 1) * 8;
+  uint32_t a[kWarpK / 16][MT][4];
+  int slot = 0;
+  uint32_t phase = 0;
+  for (int i = 0; i < n_stages; ++i) {
+    const int c = i / n_groups, j = i - c * n_groups;
+    if (j == 0) {  // a new chunk: this warp's columns of x
+#pragma unroll
+      for (int kk = 0; kk < kWarpK / 16; ++kk)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const int m = mt * 16 + g, k = c * kChunk + warp * kWarpK + kk * 16 + 2 * t4;
+          a[kk][mt][0] = pack_x<F16>(x, ldx, m, M, k);
+          a[kk][mt][1] = pack_x<F16>(x, ldx, m + 8, M, k);
+          a[kk][mt][2] = pack_x<F16>(x, ldx, m, M, k + 8);
+          a[kk][mt][3] = pack_x<F16>(x, ldx, m + 8, M, k + 8);
+        }
+    }
+    float acc[MT][2][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[mt][e / 4][e % 4] = 0.f;
+    mbar_wait(&full[slot], phase);
+    const uint16_t* st = ring + size_t(slot) * kRows * kPitch + b_off;
+#pragma unroll
+    for (int kk = 0; kk < kWarpK / 16; ++kk) {
+      uint32_t b[4];
+      ldmatrix_x4(b, st + kk * 16);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma_16816<F16>(acc[mt][0], a[kk][mt], b[0], b[1]);
+        mma_16816<F16>(acc[mt][1], a[kk][mt], b[2], b[3]);
+      }
+    }
+    mbar_arrive(&empty[slot]);  // each thread releases its own reads
+    if (++slot == slots) slot = 0, phase ^= 1u;
+
+    // The warps' sums in order. red alternates between two buffers: a thread
+    // rewrites one only after the next barrier, which every thread reaches
+    // after reading it.
+    float* rb = red + (i & 1) * kWarps * OUT;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        float* p = rb + warp * OUT + (mt * 16 + g) * kRows + nt * 8 + 2 * t4;
+        *reinterpret_cast<float2*>(p) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
+        *reinterpret_cast<float2*>(p + 8 * kRows) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
+      }
+    asm volatile("bar.sync 1, %0;" ::"n"(kWarps * 32) : "memory");
+    const int64_t row0 = int64_t(blk + j * G) * kRows;
+    for (int o = threadIdx.x; o < OUT; o += kWarps * 32) {  // a thread owns the same outputs every stage
+      float s = 0.f;
+#pragma unroll
+      for (int q = 0; q < kWarps; ++q) s += rb[q * OUT + o];
+      float& r = run[j * OUT + o];
+      const float v = c == 0 ? s : r + s;
+      const int m = o / kRows;
+      if (c + 1 < n_chunks)
+        r = v;
+      else if (m < M)
+        y[int64_t(m) * ldy + row0 + o % kRows] = v;
+    }
+  }
+}
+
+int max_groups(int64_t N, int sm_count) {
+  const int64_t groups = N / kRows;
+  return int(ceil_div(groups, std::min<int64_t>(groups, sm_count)));
+}
+
+template <int MT>
+int slots_for(int groups) {
+  const size_t side = side_bytes<MT>(8, groups);  // mbarriers for up to 8 slots
+  return side >= kMaxSmem ? 0 : int(std::min<size_t>(8, (kMaxSmem - side) / kStageBytes));
+}
+
+template <int MT, bool F16>
+void launch_mma(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, int64_t N, float* y,
+                int64_t ldy, Stream s) {
+  const int sm = context().sm_count;
+  const int groups = max_groups(N, sm), slots = slots_for<MT>(groups);
+  const size_t smem = size_t(slots) * kStageBytes + side_bytes<MT>(slots, groups);
+  auto kernel = stream_mma_kernel<MT, F16>;
+  static std::once_flag once;  // one a template instance
+  std::call_once(once, [&] {
+    AUGUR_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
+  });
+  const unsigned grid = unsigned(std::min<int64_t>(N / kRows, sm));
+  launch("stream_mma_kernel", kernel, dim3(grid), dim3(kThreads), smem, s, x, int(M), int(K), ldx, w, int(N), y,
+         ldy, slots);
+}
+
+}  // namespace
+
+namespace detail {
+
+bool stream_mma_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("AUGUR_CUDA_STREAM_MMA");
+    return e != nullptr && std::atoi(e) != 0;
+  }();
+  return on;
+}
+
+bool stream_mma_fits(int64_t M, int64_t K, int64_t N) {
+  if (M < 1 || M > kStreamMmaMaxM || K <= 0 || K % kChunk != 0 || K >= (int64_t(1) << 31) || N <= 0 ||
+      N % kRows != 0 || N >= (int64_t(1) << 31))
+    return false;
+  const int groups = max_groups(N, context().sm_count);
+  return (M <= 16 ? slots_for<1>(groups) : slots_for<2>(groups)) >= 2;
+}
+
+void stream_mma(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, Half wt, int64_t N, float* y,
+                int64_t ldy, Stream s) {
+  if (!stream_mma_fits(M, K, N) || ldx % 2 != 0 || ldx < K || ldy < N || (reinterpret_cast<uintptr_t>(x) & 7) != 0 ||
+      !aligned16(w))
+    fail("[cuda] stream_mma: M ", M, ", K ", K, ", N ", N, ", ldx ", ldx, " do not fit");
+  const bool f16 = wt == Half::F16;
+  if (M <= 16)
+    f16 ? launch_mma<1, true>(x, M, K, ldx, w, N, y, ldy, s) : launch_mma<1, false>(x, M, K, ldx, w, N, y, ldy, s);
+  else
+    f16 ? launch_mma<2, true>(x, M, K, ldx, w, N, y, ldy, s) : launch_mma<2, false>(x, M, K, ldx, w, N, y, ldy, s);
+}
+
+}  // namespace detail
+}  // namespace augur::cuda
