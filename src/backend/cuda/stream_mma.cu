@@ -61,7 +61,7 @@ __device__ __forceinline__ uint32_t pack_x(const float* __restrict__ x, int64_t 
 template <int MT, bool F16>
 __global__ void __launch_bounds__(kThreads, 1)
     stream_mma_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
-                      float* __restrict__ y, int64_t ldy, int slots) {
+                      float* __restrict__ y, int64_t ldy, int slots, int lanes) {
   constexpr int OUT = MT * 16 * kRows;
   extern __shared__ __align__(128) unsigned char smem[];
   uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
@@ -81,14 +81,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   if (warp == kWarps) {  // the producer: weights only, so no PDL wait
-    if (lane != 0) return;
+    // `lanes` lanes issue the stage's row copies (a copy may complete before
+    // lane 0's expect_tx: the transaction count may go negative in a phase).
+    if (lane >= lanes) return;
     for (int i = 0; i < n_stages; ++i) {
       const int slot = i % slots;
       if (i >= slots) mbar_wait(&empty[slot], uint32_t(i / slots - 1) & 1u);
       const int c = i / n_groups, j = i - c * n_groups;
       const int64_t row0 = int64_t(blk + j * G) * kRows;
-      mbar_arrive_expect_tx(&full[slot], uint32_t(kRows * kChunk * 2));
-      for (int r = 0; r < kRows; ++r)
+      if (lane == 0) mbar_arrive_expect_tx(&full[slot], uint32_t(kRows * kChunk * 2));
+      for (int r = lane; r < kRows; r += lanes)
         bulk_copy_g2s(ring + (size_t(slot) * kRows + r) * kPitch, w + (row0 + r) * K + int64_t(c) * kChunk,
                       uint32_t(kChunk * 2), &full[slot]);
     }
@@ -192,12 +194,20 @@ void launch_mma(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bi
   });
   const unsigned grid = unsigned(std::min<int64_t>(N / kRows, sm));
   launch("stream_mma_kernel", kernel, dim3(grid), dim3(kThreads), smem, s, x, int(M), int(K), ldx, w, int(N), y,
-         ldy, slots);
+         ldy, slots, std::clamp(detail::stream_mma_lanes(), 1, kRows));
 }
 
 }  // namespace
 
 namespace detail {
+
+int& stream_mma_lanes() {
+  static int v = [] {
+    const char* e = std::getenv("AUGUR_CUDA_MMA_LANES");
+    return e == nullptr ? 1 : std::atoi(e);
+  }();
+  return v;
+}
 
 bool stream_mma_enabled() {
   static const bool on = [] {
