@@ -348,8 +348,8 @@ void stream_mma_sweep(double bw) {
   Buf<uint16_t> xb(size_t(32) * 17408);
   rand_f32(x.p, x.n, 1);
   rand_bf16(xb.p, xb.n, 2);
-  std::printf("== stream_mma sweep: us (GB/s, %%copy) ==\n%-26s %3s %18s %18s %18s %18s\n", "shape", "M",
-              "mma lanes 1", "mma lanes 16", "x->bf16 + Lt", "Lt alone");
+  std::printf("== stream_mma sweep: us (GB/s, %%copy) ==\n%-26s %3s %18s %18s %18s %18s %18s\n", "shape", "M",
+              "mma", "mma lanes 16", "mma rotate", "x->bf16 + Lt", "Lt alone");
   for (const Shape& sh : shapes) {
     const size_t bytes = size_t(sh.N * sh.K) * 2;
     const int copies = int(std::clamp<size_t>((size_t(1) << 30) / bytes, 2, 64));
@@ -365,22 +365,24 @@ void stream_mma_sweep(double bw) {
         std::snprintf(buf, sizeof buf, "%7.2f (%4.0f %4.1f%%)", ms * 1e3, gbs, 100.0 * gbs / bw);
         return std::string(buf);
       };
-      std::string cells[4];
-      for (int lanes : {1, 16}) {
-        augur::cuda::detail::stream_mma_lanes() = lanes;
-        cells[lanes == 1 ? 0 : 1] = cell([&](Stream s, const uint16_t* wc) {
+      std::string cells[5];
+      for (int v = 0; v < 3; ++v) {
+        augur::cuda::detail::stream_mma_lanes() = v == 1 ? 16 : 1;
+        augur::cuda::detail::stream_mma_rotate() = v == 2;
+        cells[v] = cell([&](Stream s, const uint16_t* wc) {
           augur::cuda::detail::stream_mma(x.p, M, sh.K, sh.K, wc, augur::cuda::Half::BF16, sh.N, y.p, sh.N, s);
         });
       }
       augur::cuda::detail::stream_mma_lanes() = 1;
-      cells[2] = cell([&](Stream s, const uint16_t* wc) {
+      augur::cuda::detail::stream_mma_rotate() = 0;
+      cells[3] = cell([&](Stream s, const uint16_t* wc) {
         augur::cuda::matmul_bf16(x.p, M, sh.K, sh.K, wc, sh.N, y.p, sh.N, s);
       });
-      cells[3] = cell([&](Stream s, const uint16_t* wc) {
+      cells[4] = cell([&](Stream s, const uint16_t* wc) {
         augur::cuda::detail::lt_matmul(xb.p, M, sh.K, wc, sh.N, y.p, sh.N, s);
       });
-      std::printf("%-26s %3ld %18s %18s %18s %18s\n", sh.name, long(M), cells[0].c_str(), cells[1].c_str(),
-                  cells[2].c_str(), cells[3].c_str());
+      std::printf("%-26s %3ld %18s %18s %18s %18s %18s\n", sh.name, long(M), cells[0].c_str(), cells[1].c_str(),
+                  cells[2].c_str(), cells[3].c_str(), cells[4].c_str());
     }
   }
 }

@@ -34,6 +34,8 @@ bool stream_mma_enabled();
 // Producer lanes issuing a stage's 16 row copies (AUGUR_CUDA_MMA_LANES,
 // default 1), for the benchmark's sweep.
 int& stream_mma_lanes();
+// 1: each block walks the K chunks from its own (AUGUR_CUDA_MMA_ROTATE, default 0).
+int& stream_mma_rotate();
 bool stream_mma_fits(int64_t M, int64_t K, int64_t N);
 void stream_mma(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, Half wt, int64_t N, float* y,
                 int64_t ldy, Stream s);

@@ -46,14 +46,6 @@ constexpr size_t side_bytes(int slots, int groups) {
   return size_t(2 * slots) * sizeof(uint64_t) + (2 * kWarps * out + size_t(groups) * out) * sizeof(float);
 }
 
-// Two floats of x as one register of the A fragment (lo: the lower k).
-template <bool F16>
-__device__ __forceinline__ uint32_t pack_x(const float* __restrict__ x, int64_t ldx, int m, int M, int k) {
-  if (m >= M) return 0u;
-  const float2 v = __ldg(reinterpret_cast<const float2*>(x + int64_t(m) * ldx + k));
-  return uint32_t(f32_to_half<F16>(v.x)) | (uint32_t(f32_to_half<F16>(v.y)) << 16);
-}
-
 // x: [M, K] f32 (row stride ldx, even; M <= MT * 16); w: [N, K] half (K % kChunk
 // == 0, N % kRows == 0, 16-byte aligned); y: [M, N] f32 (row stride ldy).
 // smem: ring [slots][kRows][kPitch] half, full[slots], empty[slots],
@@ -61,7 +53,7 @@ __device__ __forceinline__ uint32_t pack_x(const float* __restrict__ x, int64_t 
 template <int MT, bool F16>
 __global__ void __launch_bounds__(kThreads, 1)
     stream_mma_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
-                      float* __restrict__ y, int64_t ldy, int slots, int lanes) {
+                      float* __restrict__ y, int64_t ldy, int slots, int lanes, bool rotate) {
   constexpr int OUT = MT * 16 * kRows;
   extern __shared__ __align__(128) unsigned char smem[];
   uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
@@ -74,6 +66,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int n_groups = (N / kRows - blk + G - 1) / G;  // groups blk, blk + G, ... (the grid has at most N / kRows)
   const int n_chunks = K / kChunk;
   const int n_stages = n_groups * n_chunks;
+  // rotate: block b walks the chunks from b % n_chunks on, so the blocks
+  // read different columns of x at once (not all the same lines of L2).
+  const int rot = rotate ? blk % n_chunks : 0;
   if (threadIdx.x == 0) {
     for (int i = 0; i < slots; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], kWarps * 32);
     mbar_init_fence();
@@ -87,7 +82,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < n_stages; ++i) {
       const int slot = i % slots;
       if (i >= slots) mbar_wait(&empty[slot], uint32_t(i / slots - 1) & 1u);
-      const int c = i / n_groups, j = i - c * n_groups;
+      const int ci = i / n_groups, j = i - ci * n_groups, c = (ci + rot) % n_chunks;
       const int64_t row0 = int64_t(blk + j * G) * kRows;
       if (lane == 0) mbar_arrive_expect_tx(&full[slot], uint32_t(kRows * kChunk * 2));
       for (int r = lane; r < kRows; r += lanes)
@@ -108,18 +103,32 @@ __global__ void __launch_bounds__(kThreads, 1)
   int slot = 0;
   uint32_t phase = 0;
   for (int i = 0; i < n_stages; ++i) {
-    const int c = i / n_groups, j = i - c * n_groups;
-    if (j == 0) {  // a new chunk: this warp's columns of x
+    const int ci = i / n_groups, j = i - ci * n_groups, c = (ci + rot) % n_chunks;  // ci-th chunk walked
+    if (j == 0) {  // a new chunk: this warp's columns of x, every load of a half in flight before any is used
 #pragma unroll
-      for (int kk = 0; kk < kWarpK / 16; ++kk)
+      for (int h = 0; h < 2; ++h) {
+        constexpr int KH = kWarpK / 32;  // k16 steps a half
+        float2 v[KH][MT][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          const int m = mt * 16 + g, k = c * kChunk + warp * kWarpK + kk * 16 + 2 * t4;
-          a[kk][mt][0] = pack_x<F16>(x, ldx, m, M, k);
-          a[kk][mt][1] = pack_x<F16>(x, ldx, m + 8, M, k);
-          a[kk][mt][2] = pack_x<F16>(x, ldx, m, M, k + 8);
-          a[kk][mt][3] = pack_x<F16>(x, ldx, m + 8, M, k + 8);
-        }
+        for (int kq = 0; kq < KH; ++kq)
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int m = mt * 16 + g + (e & 1) * 8;
+              const int k = c * kChunk + warp * kWarpK + (h * KH + kq) * 16 + 2 * t4 + (e >> 1) * 8;
+              v[kq][mt][e] = m < M ? __ldg(reinterpret_cast<const float2*>(x + int64_t(m) * ldx + k))
+                                   : make_float2(0.f, 0.f);
+            }
+#pragma unroll
+        for (int kq = 0; kq < KH; ++kq)
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              a[h * KH + kq][mt][e] = uint32_t(f32_to_half<F16>(v[kq][mt][e].x)) |
+                                      (uint32_t(f32_to_half<F16>(v[kq][mt][e].y)) << 16);
+      }
     }
     float acc[MT][2][4];
 #pragma unroll
@@ -160,9 +169,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int q = 0; q < kWarps; ++q) s += rb[q * OUT + o];
       float& r = run[j * OUT + o];
-      const float v = c == 0 ? s : r + s;
+      const float v = ci == 0 ? s : r + s;
       const int m = o / kRows;
-      if (c + 1 < n_chunks)
+      if (ci + 1 < n_chunks)
         r = v;
       else if (m < M)
         y[int64_t(m) * ldy + row0 + o % kRows] = v;
@@ -194,7 +203,7 @@ void launch_mma(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bi
   });
   const unsigned grid = unsigned(std::min<int64_t>(N / kRows, sm));
   launch("stream_mma_kernel", kernel, dim3(grid), dim3(kThreads), smem, s, x, int(M), int(K), ldx, w, int(N), y,
-         ldy, slots, std::clamp(detail::stream_mma_lanes(), 1, kRows));
+         ldy, slots, std::clamp(detail::stream_mma_lanes(), 1, kRows), detail::stream_mma_rotate() != 0);
 }
 
 }  // namespace
@@ -205,6 +214,14 @@ int& stream_mma_lanes() {
   static int v = [] {
     const char* e = std::getenv("AUGUR_CUDA_MMA_LANES");
     return e == nullptr ? 1 : std::atoi(e);
+  }();
+  return v;
+}
+
+int& stream_mma_rotate() {
+  static int v = [] {
+    const char* e = std::getenv("AUGUR_CUDA_MMA_ROTATE");
+    return e == nullptr ? 0 : std::atoi(e);
   }();
   return v;
 }
