@@ -372,7 +372,9 @@ TEST_F(CudaMatmul, TensorCorePath) {
 // The skinny tensor-core GEMM (detail::stream_mma) against the CPU on x
 // rounded as the kernel rounds it, f32 products: one and two m16 tiles (3..32
 // rows), fewer row groups than SMs and several a block, several 1024-column
-// chunks, strided x and y, bf16 and f16; the same bits on a second run.
+// chunks, strided x and y, bf16 and f16; K unsplit, split by shape, split
+// into single chunks, and split with rotated chunks and 16 copying lanes;
+// the same bits on a second run (the split counters back at zero).
 TEST_F(CudaMatmul, StreamMmaShapes) {
   std::mt19937 rng(14);
   struct Shape {
@@ -385,7 +387,6 @@ TEST_F(CudaMatmul, StreamMmaShapes) {
     for (const Shape& c : shapes) {
       const std::string what = "M " + std::to_string(c.M) + " K " + std::to_string(c.K) + " N " +
                                std::to_string(c.N) + " f16 " + std::to_string(f16);
-      ASSERT_TRUE(detail::stream_mma_fits(c.M, c.K, c.N)) << what;
       const int64_t ldx = c.K + c.ldx_pad, ldy = c.N + c.ldy_pad;
       std::vector<float> x = randn(size_t(c.M * ldx), rng);
       std::vector<uint16_t> w = rand_bf16(size_t(c.N * c.K), rng);
@@ -401,21 +402,42 @@ TEST_F(CudaMatmul, StreamMmaShapes) {
       cpu::matmul(xr.data(), c.M, c.K, c.K, wf.data(), DType::F32, c.N, ref.data(), c.N, ThreadPool::global());
       Dev<float> dx(x), dy(size_t(c.M * ldy));
       Dev<uint16_t> dw(w);
-      std::vector<float> runs[2];
-      for (auto& out : runs) {
-        dy.poison();
-        detail::stream_mma(dx.get(), c.M, c.K, ldx, dw.get(), f16 ? Half::F16 : Half::BF16, c.N, dy.get(), ldy,
-                           stream());
-        out = dy.download();
+      struct Variant {
+        int split, lanes, rotate;
+      };
+      const int whole = int(c.K / 1024);
+      for (const Variant v : {Variant{1, 1, 0}, Variant{0, 1, 0}, Variant{whole, 1, 0}, Variant{0, 16, 1}}) {
+        detail::stream_mma_split() = v.split, detail::stream_mma_lanes() = v.lanes;
+        detail::stream_mma_rotate() = v.rotate;
+        const std::string vwhat = what + " split " + std::to_string(v.split) + " (takes " +
+                                  std::to_string(detail::stream_mma_splits(c.M, c.K, c.N)) + ") lanes " +
+                                  std::to_string(v.lanes) + " rotate " + std::to_string(v.rotate);
+        std::vector<float> runs[2];
+        if (detail::stream_mma_fits(c.M, c.K, c.N))
+          for (auto& out : runs) {
+            dy.poison();
+            detail::stream_mma(dx.get(), c.M, c.K, ldx, dw.get(), f16 ? Half::F16 : Half::BF16, c.N, dy.get(), ldy,
+                               stream());
+            out = dy.download();
+          }
+        detail::stream_mma_split() = 0, detail::stream_mma_lanes() = 1, detail::stream_mma_rotate() = 0;
+        if (runs[0].empty()) {
+          EXPECT_GT(v.split, 1) << vwhat;  // only a forced split may not fit (the partials' scratch)
+          continue;
+        }
+        ASSERT_EQ(0, std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 4)) << vwhat;
+        std::vector<float> got(ref.size());
+        for (int64_t m = 0; m < c.M; ++m)
+          for (int64_t n = 0; n < c.N; ++n) got[size_t(m * c.N + n)] = runs[0][size_t(m * ldy + n)];
+        const ErrStats e = compare(got, ref);
+        EXPECT_TRUE(e.all_finite) << vwhat;
+        EXPECT_LE(e.rel_l2, 1e-5) << vwhat;
       }
-      ASSERT_EQ(0, std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * 4)) << what;
-      std::vector<float> got(ref.size());
-      for (int64_t m = 0; m < c.M; ++m)
-        for (int64_t n = 0; n < c.N; ++n) got[size_t(m * c.N + n)] = runs[0][size_t(m * ldy + n)];
-      const ErrStats e = compare(got, ref);
-      EXPECT_TRUE(e.all_finite) << what;
-      EXPECT_LE(e.rel_l2, 1e-5) << what;
     }
+  // o's shape at batch 32 has 256 row groups: too few for 132 SMs unsplit.
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SM count");
+  if (sms >= 64) EXPECT_GT(detail::stream_mma_splits(32, 4096, 4096), 1);
   EXPECT_FALSE(detail::stream_mma_fits(33, 1024, 16));
   EXPECT_FALSE(detail::stream_mma_fits(8, 1000, 16));
   EXPECT_FALSE(detail::stream_mma_fits(8, 1024, 24));

@@ -36,6 +36,11 @@ bool stream_mma_enabled();
 int& stream_mma_lanes();
 // 1: each block walks the K chunks from its own (AUGUR_CUDA_MMA_ROTATE, default 0).
 int& stream_mma_rotate();
+// K slices (AUGUR_CUDA_MMA_SPLIT; 0, the default: by shape; a count that does
+// not divide K / 1024 or outgrows the scratch makes stream_mma_fits false),
+// and the count a launch takes (0: does not fit).
+int& stream_mma_split();
+int stream_mma_splits(int64_t M, int64_t K, int64_t N);
 bool stream_mma_fits(int64_t M, int64_t K, int64_t N);
 void stream_mma(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, Half wt, int64_t N, float* y,
                 int64_t ldy, Stream s);

@@ -17,8 +17,14 @@
 // (n8 x k16, [n][k] rows: ldmatrix without transpose). At a stage's end the
 // warps' [MT * 16, 16] sums meet in shared memory and are added in warp
 // order, then onto the group's running sum (chunk order; shared memory) or,
-// at the last chunk, stored to y: deterministic, no atomics, no partials in
-// global memory.
+// at the last chunk, stored to y.
+// Split K (S > 1): where a block would have few row groups, every block
+// loading all of x a chunk costs more than its weights (eleventh session: o
+// at M = 32 streamed at 1/4 of the copy rate). Block (s, t) then takes K
+// slice s (n_chunks / S chunks) of the groups t, t + T, ..., stores its
+// partial sums, and at its end counts each group in; the last of a group's S
+// blocks adds the S partials in slice order into y (rows_kernel's split-K:
+// one launch, deterministic, counters left at zero).
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
@@ -48,12 +54,15 @@ constexpr size_t side_bytes(int slots, int groups) {
 
 // x: [M, K] f32 (row stride ldx, even; M <= MT * 16); w: [N, K] half (K % kChunk
 // == 0, N % kRows == 0, 16-byte aligned); y: [M, N] f32 (row stride ldy).
-// smem: ring [slots][kRows][kPitch] half, full[slots], empty[slots],
-// red[2][kWarps][MT * 16][kRows] f32, run[groups][MT * 16][kRows] f32.
+// Grid S x T (block b: slice b % S, t = b / S); part: [S, M, N] f32, counters:
+// [N / kRows] (S > 1). smem: ring [slots][kRows][kPitch] half, full[slots],
+// empty[slots], red[2][kWarps][MT * 16][kRows] f32, run[groups][MT * 16][kRows]
+// f32 (only with more than one chunk a slice).
 template <int MT, bool F16>
 __global__ void __launch_bounds__(kThreads, 1)
     stream_mma_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
-                      float* __restrict__ y, int64_t ldy, int slots, int lanes, bool rotate) {
+                      float* __restrict__ y, int64_t ldy, int slots, int lanes, bool rotate, int S,
+                      float* __restrict__ part, int* __restrict__ counters) {
   constexpr int OUT = MT * 16 * kRows;
   extern __shared__ __align__(128) unsigned char smem[];
   uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
@@ -62,13 +71,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* red = reinterpret_cast<float*>(empty + slots);
   float* run = red + 2 * kWarps * OUT;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int G = int(gridDim.x), blk = int(blockIdx.x);
-  const int n_groups = (N / kRows - blk + G - 1) / G;  // groups blk, blk + G, ... (the grid has at most N / kRows)
-  const int n_chunks = K / kChunk;
+  const int T = int(gridDim.x) / S, sl = int(blockIdx.x) % S, t = int(blockIdx.x) / S;
+  const int n_groups = (N / kRows - t + T - 1) / T;  // groups t, t + T, ... (T is at most N / kRows)
+  const int n_chunks = K / kChunk / S, c0 = sl * n_chunks;  // this block's slice of K
   const int n_stages = n_groups * n_chunks;
-  // rotate: block b walks the chunks from b % n_chunks on, so the blocks
+  // rotate: block t walks its chunks from t % n_chunks on, so the blocks
   // read different columns of x at once (not all the same lines of L2).
-  const int rot = rotate ? blk % n_chunks : 0;
+  const int rot = rotate ? t % n_chunks : 0;
   if (threadIdx.x == 0) {
     for (int i = 0; i < slots; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], kWarps * 32);
     mbar_init_fence();
@@ -82,8 +91,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < n_stages; ++i) {
       const int slot = i % slots;
       if (i >= slots) mbar_wait(&empty[slot], uint32_t(i / slots - 1) & 1u);
-      const int ci = i / n_groups, j = i - ci * n_groups, c = (ci + rot) % n_chunks;
-      const int64_t row0 = int64_t(blk + j * G) * kRows;
+      const int ci = i / n_groups, j = i - ci * n_groups, c = c0 + (ci + rot) % n_chunks;
+      const int64_t row0 = int64_t(t + j * T) * kRows;
       if (lane == 0) mbar_arrive_expect_tx(&full[slot], uint32_t(kRows * kChunk * 2));
       for (int r = lane; r < kRows; r += lanes)
         bulk_copy_g2s(ring + (size_t(slot) * kRows + r) * kPitch, w + (row0 + r) * K + int64_t(c) * kChunk,
@@ -103,7 +112,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   int slot = 0;
   uint32_t phase = 0;
   for (int i = 0; i < n_stages; ++i) {
-    const int ci = i / n_groups, j = i - ci * n_groups, c = (ci + rot) % n_chunks;  // ci-th chunk walked
+    const int ci = i / n_groups, j = i - ci * n_groups, c = c0 + (ci + rot) % n_chunks;  // ci-th chunk walked
     if (j == 0) {  // a new chunk: this warp's columns of x, every load of a half in flight before any is used
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -163,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         *reinterpret_cast<float2*>(p + 8 * kRows) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
       }
     asm volatile("bar.sync 1, %0;" ::"n"(kWarps * 32) : "memory");
-    const int64_t row0 = int64_t(blk + j * G) * kRows;
+    const int64_t row0 = int64_t(t + j * T) * kRows;
     for (int o = threadIdx.x; o < OUT; o += kWarps * 32) {  // a thread owns the same outputs every stage
       float s = 0.f;
 #pragma unroll
@@ -173,37 +182,99 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int m = o / kRows;
       if (ci + 1 < n_chunks)
         r = v;
-      else if (m < M)
+      else if (m < M && S == 1)
         y[int64_t(m) * ldy + row0 + o % kRows] = v;
+      else if (m < M)
+        part[(int64_t(sl) * M + m) * N + row0 + o % kRows] = v;
+    }
+  }
+  if (S == 1) return;
+
+  // Count this block's groups in, a thread a group (the block's partials
+  // written: barrier, then the fence before each atomic publishes them, the
+  // one after it orders the other blocks' partials before the merge's loads).
+  // The flags reuse red, whose last reads precede the first barrier here.
+  int* last = reinterpret_cast<int*>(red);
+  for (int q0 = 0; q0 < n_groups; q0 += kWarps * 32) {
+    asm volatile("bar.sync 1, %0;" ::"n"(kWarps * 32) : "memory");
+    const int q = q0 + int(threadIdx.x);
+    int mine = 0;
+    if (q < n_groups) {
+      int* counter = counters + t + q * T;
+      __threadfence();
+      mine = atomicAdd(counter, 1) == S - 1;
+      __threadfence();
+      if (mine) *counter = 0;  // all S have counted: the next launch starts from zero
+    }
+    last[threadIdx.x] = mine;
+    asm volatile("bar.sync 1, %0;" ::"n"(kWarps * 32) : "memory");
+    for (int qq = 0; qq < min(kWarps * 32, n_groups - q0); ++qq) {
+      if (!last[qq]) continue;
+      const int64_t row0 = int64_t(t + (q0 + qq) * T) * kRows;
+      for (int o = threadIdx.x; o < M * kRows; o += kWarps * 32) {
+        const int m = o / kRows;
+        const int64_t at = int64_t(m) * N + row0 + o % kRows;
+        float v = 0.f;
+        for (int s = 0; s < S; ++s) v += __ldcg(part + int64_t(s) * M * N + at);
+        y[int64_t(m) * ldy + row0 + o % kRows] = v;
+      }
     }
   }
 }
 
-int max_groups(int64_t N, int sm_count) {
-  const int64_t groups = N / kRows;
-  return int(ceil_div(groups, std::min<int64_t>(groups, sm_count)));
-}
+// The split and the shared memory of one launch. S: the smallest divisor of
+// the chunk count that gives every block kMinGroups row groups, within the
+// partials' scratch and the counters (detail::stream_mma_split() forces one).
+constexpr int kMinGroups = 8;
+struct MmaPlan {
+  int S = 0, T = 0, slots = 0;
+  size_t smem = 0;
+};
 
 template <int MT>
-int slots_for(int groups) {
-  const size_t side = side_bytes<MT>(8, groups);  // mbarriers for up to 8 slots
-  return side >= kMaxSmem ? 0 : int(std::min<size_t>(8, (kMaxSmem - side) / kStageBytes));
+MmaPlan plan_mma(int64_t M, int64_t K, int64_t N, int sm) {
+  const int64_t groups = N / kRows, n_chunks = K / kChunk;
+  auto allowed = [&](int64_t d) {
+    return n_chunks % d == 0 && d <= sm &&
+           (d == 1 || (d * M * N * int64_t(sizeof(float)) <= int64_t(Context::kMmaPartialBytes) &&
+                       groups <= Context::kSplitKCounters));
+  };
+  MmaPlan p;
+  const int forced = detail::stream_mma_split();
+  if (forced > 0) {
+    if (!allowed(forced)) return {};
+    p.S = forced;
+  } else {
+    p.S = 1;
+    for (int64_t d = 2; d <= n_chunks && groups * p.S < int64_t(kMinGroups) * sm; ++d)
+      if (n_chunks % d == 0) {
+        if (!allowed(d)) break;
+        p.S = int(d);
+      }
+  }
+  p.T = int(std::min<int64_t>(groups, sm / p.S));
+  const int per_block = int(ceil_div(groups, p.T));
+  const int run_groups = n_chunks / p.S > 1 ? per_block : 0;  // one chunk a slice: no running sums
+  const size_t side = side_bytes<MT>(8, run_groups);  // mbarriers for up to 8 slots
+  p.slots = side >= kMaxSmem ? 0 : int(std::min<size_t>(8, (kMaxSmem - side) / kStageBytes));
+  p.smem = size_t(p.slots) * kStageBytes + side_bytes<MT>(p.slots, run_groups);
+  return p;
 }
 
 template <int MT, bool F16>
 void launch_mma(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, int64_t N, float* y,
                 int64_t ldy, Stream s) {
-  const int sm = context().sm_count;
-  const int groups = max_groups(N, sm), slots = slots_for<MT>(groups);
-  const size_t smem = size_t(slots) * kStageBytes + side_bytes<MT>(slots, groups);
+  Context& ctx = context();
+  const MmaPlan p = plan_mma<MT>(M, K, N, ctx.sm_count);
   auto kernel = stream_mma_kernel<MT, F16>;
   static std::once_flag once;  // one a template instance
   std::call_once(once, [&] {
     AUGUR_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
   });
-  const unsigned grid = unsigned(std::min<int64_t>(N / kRows, sm));
-  launch("stream_mma_kernel", kernel, dim3(grid), dim3(kThreads), smem, s, x, int(M), int(K), ldx, w, int(N), y,
-         ldy, slots, std::clamp(detail::stream_mma_lanes(), 1, kRows), detail::stream_mma_rotate() != 0);
+  launch("stream_mma_kernel", kernel, dim3(unsigned(p.S * p.T)), dim3(kThreads), p.smem, s, x, int(M), int(K), ldx,
+         w, int(N), y, ldy, p.slots, std::clamp(detail::stream_mma_lanes(), 1, kRows),
+         detail::stream_mma_rotate() != 0, p.S, static_cast<float*>(ctx.mma_partials.get()),
+         static_cast<int*>(ctx.splitk_counters.get()));
 }
 
 }  // namespace
@@ -226,6 +297,20 @@ int& stream_mma_rotate() {
   return v;
 }
 
+int& stream_mma_split() {
+  static int v = [] {
+    const char* e = std::getenv("AUGUR_CUDA_MMA_SPLIT");
+    return e == nullptr ? 0 : std::atoi(e);
+  }();
+  return v;
+}
+
+int stream_mma_splits(int64_t M, int64_t K, int64_t N) {
+  if (!stream_mma_fits(M, K, N)) return 0;
+  const int sm = context().sm_count;
+  return M <= 16 ? plan_mma<1>(M, K, N, sm).S : plan_mma<2>(M, K, N, sm).S;
+}
+
 bool stream_mma_enabled() {
   static const bool on = [] {
     const char* e = std::getenv("AUGUR_CUDA_STREAM_MMA");
@@ -238,8 +323,8 @@ bool stream_mma_fits(int64_t M, int64_t K, int64_t N) {
   if (M < 1 || M > kStreamMmaMaxM || K <= 0 || K % kChunk != 0 || K >= (int64_t(1) << 31) || N <= 0 ||
       N % kRows != 0 || N >= (int64_t(1) << 31))
     return false;
-  const int groups = max_groups(N, context().sm_count);
-  return (M <= 16 ? slots_for<1>(groups) : slots_for<2>(groups)) >= 2;
+  const int sm = context().sm_count;
+  return (M <= 16 ? plan_mma<1>(M, K, N, sm) : plan_mma<2>(M, K, N, sm)).slots >= 2;
 }
 
 void stream_mma(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, Half wt, int64_t N, float* y,
