@@ -280,8 +280,9 @@ TEST_F(CudaFused, DecodeAttentionRopeEqualsUnfused) {
 // The decode attention copying cached keys before its PDL wait (EARLY) gives
 // the default's outputs bit for bit, right after the kernel that stores the
 // step's new keys: rows of one to three new tokens (a row's later tokens see
-// its earlier ones, stored by the same step), windows, both cache types, and
-// the old cache at the new positions random, so a new key read too early
+// its earlier ones, stored by the same step), one row at a long context
+// (more splits than the one-trip merge takes), windows, both cache types,
+// and the old cache at the new positions random, so a new key read too early
 // shows.
 TEST_F(CudaFused, DecodeAttentionEarlyEqualsDefault) {
   std::mt19937 rng(35);
@@ -290,7 +291,8 @@ TEST_F(CudaFused, DecodeAttentionEarlyEqualsDefault) {
   };
   const std::vector<std::vector<Row>> batches = {
       {{97, 3}, {2045, 1}, {0, 1}, {63, 2}},                                               // 7 tokens
-      {{5, 1}, {64, 1}, {127, 1}, {128, 1}, {300, 1}, {1000, 1}, {1500, 1}, {2000, 1}, {2047, 1}}};  // 9 rows
+      {{5, 1}, {64, 1}, {127, 1}, {128, 1}, {300, 1}, {1000, 1}, {1500, 1}, {2000, 1}, {2047, 1}},  // 9 rows
+      {{2040, 1}}};  // one row: ~34 splits, more than the one-trip merge takes
   const int64_t bs = 16, max_blocks = 2048 / bs;
   struct Case {
     int64_t n_head, n_head_kv, head_dim;
