@@ -437,7 +437,9 @@ TEST_F(CudaMatmul, StreamMmaShapes) {
   // o's shape at batch 32 has 256 row groups: too few for 132 SMs unsplit.
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SM count");
-  if (sms >= 64) EXPECT_GT(detail::stream_mma_splits(32, 4096, 4096), 1);
+  if (sms >= 64) {
+    EXPECT_GT(detail::stream_mma_splits(32, 4096, 4096), 1);
+  }
   EXPECT_FALSE(detail::stream_mma_fits(33, 1024, 16));
   EXPECT_FALSE(detail::stream_mma_fits(8, 1000, 16));
   EXPECT_FALSE(detail::stream_mma_fits(8, 1024, 24));
