@@ -5,10 +5,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "core/tensor.h"
+
+namespace augur::cuda {
+class HostLanding;
+}
 
 namespace augur::ops {
 
@@ -98,6 +103,9 @@ struct DeviceBatch {
   // the recurrent ops take them, refilled with the rest, so that replayed
   // decode graphs of hybrid models follow the rows' slots.
   Tensor recurrent_rows;
+  // When defined, the ids the forward embeds instead of `tokens` ([n_tokens]
+  // i32: a previous step's samples, left on the device).
+  Tensor fed_tokens;
 };
 
 // Where the tokens of a batch sit: host rows and positions always, and the
@@ -190,6 +198,29 @@ void apply_penalties(const Tensor& logits, std::span<const PenaltyEntry> entries
 // one token is drawn with `uniform`, walking the kept tokens in id order.
 // Only ids cross to the host.
 void sample(const Tensor& logits, std::span<const SampleRow> rows, std::span<int32_t> ids);
+
+// Ids sampled where their logits are, on their way to the host: device()
+// ([n_rows] i32 on the logits' device) can feed the next forward at once
+// (Runner::step_ahead), so the host queues it before it reads host().
+class SampledIds {
+ public:
+  SampledIds() = default;
+  // Ids the host already has (logits sampled on the host).
+  static SampledIds on_host(std::span<const int32_t> ids);
+  const Tensor& device() const { return device_; }
+  // Waits for the ids to land on the host (once).
+  std::span<const int32_t> host();
+
+ private:
+  friend SampledIds sample_async(const Tensor&, std::span<const SampleRow>, const Tensor&);
+  Tensor device_;
+  std::vector<int32_t> host_;
+  std::shared_ptr<cuda::HostLanding> landing_;  // written by the sampling kernel, until host()
+};
+// sample() without waiting: the same draws, the ids left on the logits' device
+// (in `into`, [n_rows] i32 there, when given: a buffer a captured graph reads)
+// and written to the host by the same kernel.
+SampledIds sample_async(const Tensor& logits, std::span<const SampleRow> rows, const Tensor& into = Tensor());
 
 // ---- Linear attention (Gated DeltaNet) -------------------------------------
 

@@ -111,9 +111,11 @@ class DecoderModel final : public Model {
     info_.kv = {cfg.n_layer, cfg.n_head_kv, cfg.head_dim};
   }
 
+  using Model::forward;
   // Reference: LlamaModel.forward / Qwen3Model.forward (pre-norm residual blocks).
-  void forward(std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits) override {
+  void forward(std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits, const Tensor& ids) override {
     BatchPlan plan = plan_batch(rows, cfg_.n_vocab, cfg_.max_position);
+    take_ids(plan, ids, info_.device, cfg_.n_vocab);
     const int64_t n_out = int64_t(plan.logit_tokens.size());
     if (logits.dim(0) != n_out || logits.dim(-1) != cfg_.n_vocab ||
         (logits.device() != Device::CPU && logits.device() != info_.device))
@@ -123,7 +125,7 @@ class DecoderModel final : public Model {
     if (info_.device == Device::CPU)
       body(plan, scratch_, logits);
     else
-      device_forward_.run(plan, kv, logits, body);
+      device_forward_.run(plan, kv, logits, body, ids);
   }
 
  private:

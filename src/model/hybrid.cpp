@@ -236,9 +236,11 @@ class HybridModel final : public Model {
     }
   }
 
+  using Model::forward;
   // Reference: Qwen3_5TextModel.forward / Qwen3NextModel.forward.
-  void forward(std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits) override {
+  void forward(std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits, const Tensor& ids) override {
     BatchPlan plan = plan_batch(rows, cfg_.n_vocab, cfg_.max_position);
+    take_ids(plan, ids, info_.device, cfg_.n_vocab);
     if (logits.dim(0) != int64_t(plan.logit_tokens.size()) || logits.dim(-1) != cfg_.n_vocab ||
         (logits.device() != Device::CPU && logits.device() != info_.device))
       fail("[forward] logits ", logits.shape_str(), " should be [", plan.logit_tokens.size(), ", ", cfg_.n_vocab,
@@ -248,7 +250,7 @@ class HybridModel final : public Model {
     if (info_.device == Device::CPU)
       body(plan, scratch_, logits);
     else
-      device_forward_.run(plan, kv, logits, body);
+      device_forward_.run(plan, kv, logits, body, ids);
   }
 
  private:

@@ -63,6 +63,19 @@ BatchPlan plan_batch(std::span<const ForwardRow> rows, int64_t n_vocab, int64_t 
   return plan;
 }
 
+void take_ids(BatchPlan& plan, const Tensor& ids, Device device, int64_t n_vocab) {
+  if (!ids.defined()) return;
+  if (ids.dtype() != DType::I32 || !ids.is_contiguous() || ids.numel() != plan.n_tokens() || ids.device() != device)
+    fail("[forward] token ids ", ids.shape_str(), " should be ", plan.n_tokens(), " contiguous I32 on ",
+         device_name(device));
+  if (device != Device::CPU) return;
+  const int32_t* p = ids.data<int32_t>();
+  for (int64_t t = 0; t < plan.n_tokens(); ++t) {
+    if (p[t] < 0 || p[t] >= n_vocab) fail("[forward] token id ", p[t], " outside the vocabulary [0, ", n_vocab, ")");
+    plan.tokens[size_t(t)] = p[t];
+  }
+}
+
 void upload_plan(BatchPlan& plan, Device device, int64_t block_size, int64_t max_context) {
   if (device == Device::CPU) return;
   plan.device = ops::upload_batch(device, plan.tokens, plan.rows, block_size, max_context);
@@ -104,32 +117,42 @@ DeviceForward::DeviceForward(Device device, int64_t n_vocab, bool graphs)
   graphs_ = graphs && device == Device::CUDA && !(env && std::string(env) == "0");
 }
 
-void DeviceForward::run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, const Body& body) {
+void DeviceForward::run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, const Body& body,
+                        const Tensor& ids) {
   const int64_t ctx = context_bucket(plan, kv), n_out = int64_t(plan.logit_tokens.size());
+  // Logits asked for on the device are written in place.
+  const bool direct = logits.device() == device_ && logits.is_contiguous();
   if (!graphs_ || !is_decode_step(plan)) {
     upload_plan(plan, device_, kv.block_size(), ctx);
-    // Logits asked for on the device are written in place.
-    const bool direct = logits.device() == device_ && logits.is_contiguous();
+    plan.device.fed_tokens = ids;
     Tensor out = direct ? logits : scratch_.get("logits", {n_out, n_vocab_});
     body(plan, scratch_, out);
     if (!direct) copy_tensor(out, logits);
     return;
   }
   auto& step = steps_[{kv.id(), int64_t(plan.rows.size()), ctx}];
-  if (!step) {
-    // First step of this shape: run it eagerly (its allocations happen now,
-    // outside the recording), then record the same step for later replays.
-    step = std::make_unique<Step>(Step{Scratch(device_), plan, nullptr});
+  const void* logits_at = direct ? logits.raw() : nullptr;
+  const void* ids_at = ids.defined() ? ids.raw() : nullptr;
+  if (!step || step->logits_at != logits_at || step->ids_at != ids_at) {
+    // First step of this shape (or of new addresses): run it eagerly (its
+    // allocations happen now, outside the recording), then record the same
+    // step for later replays.
+    if (!step) step = std::make_unique<Step>(Step{Scratch(device_), plan, nullptr});
+    step->plan = plan;
+    step->work.reset();
+    step->logits_at = logits_at;
+    step->ids_at = ids_at;
     upload_plan(step->plan, device_, kv.block_size(), ctx);
-    Tensor out = step->scratch.get("logits", {n_out, n_vocab_});
+    step->plan.device.fed_tokens = ids;
+    Tensor out = direct ? logits : step->scratch.get("logits", {n_out, n_vocab_});
     body(step->plan, step->scratch, out);
-    copy_tensor(out, logits);
+    if (!direct) copy_tensor(out, logits);
     step->work = capture(device_, [&] { body(step->plan, step->scratch, out); });
     return;
   }
   ops::reupload_batch(step->plan.device, plan.tokens, plan.rows, kv.block_size());
   step->work->replay();
-  copy_tensor(step->scratch.get("logits", {n_out, n_vocab_}), logits);
+  if (!direct) copy_tensor(step->scratch.get("logits", {n_out, n_vocab_}), logits);
 }
 
 Tensor constant_f32(std::span<const float> values, Device device) {

@@ -50,6 +50,12 @@ struct BatchPlan {
 // max_position) and flattens them.
 BatchPlan plan_batch(std::span<const ForwardRow> rows, int64_t n_vocab, int64_t max_position);
 
+// Token ids of a forward that are still on the model's device (`ids`, [n_tokens]
+// i32; undefined: none): on the host they replace the plan's tokens (checked
+// against n_vocab); on an accelerator DeviceForward::run copies them into the
+// uploaded layout.
+void take_ids(BatchPlan& plan, const Tensor& ids, Device device, int64_t n_vocab);
+
 // On an accelerator, uploads the plan's layout for a cache of `block_size`
 // whose positions stay below `max_context`.
 void upload_plan(BatchPlan& plan, Device device, int64_t block_size, int64_t max_context);
@@ -80,13 +86,19 @@ class DeviceForward {
   // graphs false: every step runs eagerly (a body that uploads host data of
   // its own per step cannot be replayed).
   DeviceForward(Device device, int64_t n_vocab, bool graphs = true);
-  void run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, const Body& body);
+  // ids: the plan's token ids on the device (take_ids), or undefined.
+  void run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, const Body& body, const Tensor& ids = Tensor());
 
  private:
   struct Step {
     Scratch scratch;
     BatchPlan plan;  // the captured layout; refilled before each replay
     std::unique_ptr<CapturedWork> work;
+    // What the recording addresses besides its scratch: the logits it writes
+    // (the caller's device tensor, or null: its scratch, copied out) and the
+    // ids it embeds (null: the uploaded ones). Others record it again.
+    const void* logits_at = nullptr;
+    const void* ids_at = nullptr;
   };
   Device device_;
   int64_t n_vocab_;

@@ -124,7 +124,13 @@ class Model {
   const ModelInfo& info() const { return info_; }
   // logits: [sum of rows' n_logits, n_vocab] f32, rows in order, on the host
   // or (accelerator models) on the model's device, where they then stay.
-  virtual void forward(std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits) = 0;
+  void forward(std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits) {
+    forward(rows, kv, logits, Tensor());
+  }
+  // The same with the token ids read from `ids` ([n_tokens] i32 on the
+  // model's device: a previous step's samples, ops::SampledIds::device()),
+  // the rows' tokens only counting them.
+  virtual void forward(std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits, const Tensor& ids) = 0;
 
  protected:
   ModelInfo info_;

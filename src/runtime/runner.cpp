@@ -28,6 +28,26 @@ Runner::Runner(Model& model, const RunnerOptions& opts)
 
 Tensor Runner::step(std::span<Sequence* const> seqs, std::span<const std::span<const int32_t>> tokens,
                     std::span<const int32_t> n_logits, LogitsOn on) {
+  Tensor logits = run(seqs, tokens, n_logits, on, Tensor());
+  for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->append(tokens[i]);
+  return logits;
+}
+
+Tensor Runner::step_ahead(std::span<Sequence* const> seqs, const Tensor& ids, LogitsOn on) {
+  if (!ids.defined() || ids.numel() != int64_t(seqs.size()))
+    fail("[runner] step_ahead: ", seqs.size(), " rows need as many ids, got ",
+         ids.defined() ? ids.shape_str() : std::string("none"));
+  // (Ids sampled on the host, e.g. from prompt logits kept there, move over.)
+  const Device device = model_->info().device;
+  const Tensor on_device = ids.device() == device ? ids : to_device(ids, device);
+  const int32_t placeholder = 0;
+  const std::vector<std::span<const int32_t>> tokens(seqs.size(), std::span<const int32_t>(&placeholder, 1));
+  const std::vector<int32_t> wants(seqs.size(), 1);
+  return run(seqs, tokens, wants, on, on_device);
+}
+
+Tensor Runner::run(std::span<Sequence* const> seqs, std::span<const std::span<const int32_t>> tokens,
+                   std::span<const int32_t> n_logits, LogitsOn on, const Tensor& ids) {
   AUGUR_ASSERT(seqs.size() == tokens.size() && seqs.size() == n_logits.size(), "step arity");
   std::vector<ForwardRow> rows(seqs.size());
   int64_t n_out = 0;
@@ -51,9 +71,17 @@ Tensor Runner::step(std::span<Sequence* const> seqs, std::span<const std::span<c
   } else {
     logits = Tensor::empty(DType::F32, {n_out, n_vocab});
   }
-  model_->forward(rows, kv_, logits);
-  for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->append(tokens[i]);
+  model_->forward(rows, kv_, logits, ids);
   return logits;
+}
+
+ops::SampledIds Runner::sample(const Tensor& logits, std::span<const ops::SampleRow> rows) {
+  if (!logits.defined() || logits.ndim() != 2 || logits.device() == Device::CPU) return ops::sample_async(logits, rows);
+  const Device device = logits.device();
+  const int64_t n = logits.dim(0);
+  if (!device_ids_.defined() || device_ids_.numel() < n) device_ids_ = empty_on(device, DType::I32, {std::max<int64_t>(n, 1)});
+  const int64_t shape[] = {n};
+  return ops::sample_async(logits, rows, Tensor::view_of(device_ids_.buffer(), 0, DType::I32, shape, 1));
 }
 
 Tensor Runner::feed(Sequence& seq, std::span<const int32_t> tokens, bool all_logits, LogitsOn on) {
@@ -103,34 +131,45 @@ GenerateResult generate(Runner& runner, Sequence& seq, std::span<const int32_t> 
 
   // On an accelerator the logits stay there and are sampled there (only the
   // token id crosses to the host), except the prompt's when they are kept.
-  const LogitsOn on = runner.model().info().device != Device::CPU ? LogitsOn::Device : LogitsOn::Host;
+  const ModelInfo& info = runner.model().info();
+  const LogitsOn on = info.device != Device::CPU ? LogitsOn::Device : LogitsOn::Host;
+  // There, without penalties (which need the last token on the host), each
+  // step is queued before the previous step's token is read: the GPU never
+  // waits for the host. A stop token's step then has run already, and is
+  // dropped, which only a model without recurrent state can do.
+  const SamplingParams& sp = opts.sampling;
+  const bool ahead = on == LogitsOn::Device && info.recurrent.n_layer == 0 && sp.repetition_penalty == 1.0f &&
+                     sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f;
   std::vector<float> row;
   std::vector<ops::PenaltyEntry> penalties;
   // One token from next-token logits [1, n_vocab], wherever they are.
   auto draw = [&](const Tensor& next) {
     if (next.device() == Device::CPU) {
       row.assign(next.data<float>(), next.data<float>() + n_vocab);
-      return sampler.sample(row, prompt_ids, res.ids);
+      const int32_t id = sampler.sample(row, prompt_ids, res.ids);
+      return ops::SampledIds::on_host({&id, 1});
     }
     penalties.clear();
     const ops::SampleRow r = sampler.device_row(0, int32_t(n_vocab), prompt_ids, res.ids, penalties);
     ops::apply_penalties(next, penalties);
-    int32_t id = 0;
-    ops::sample(next, std::span<const ops::SampleRow>(&r, 1), std::span<int32_t>(&id, 1));
-    return id;
+    return runner.sample(next, {&r, 1});
   };
 
   auto t0 = std::chrono::steady_clock::now();
   Tensor logits = runner.feed(seq, prompt, opts.prompt_logits, opts.prompt_logits ? LogitsOn::Host : on);
   res.prefill_seconds = seconds_since(t0);
   if (opts.prompt_logits) res.prompt_logits = logits;
-  // The next-token logits: the last row either way.
-  Tensor next = logits.slice_rows(logits.dim(0) - 1, logits.dim(0));
-
   res.finish_reason = "length";
   t0 = std::chrono::steady_clock::now();
-  while (int64_t(res.ids.size()) < opts.max_tokens) {
-    const int32_t tok = draw(next);
+  if (opts.max_tokens == 0) return res;
+  // The next-token logits: the last row either way.
+  ops::SampledIds pending = draw(logits.slice_rows(logits.dim(0) - 1, logits.dim(0)));
+  Sequence* const seqs[] = {&seq};
+  for (;;) {
+    const bool more = int64_t(res.ids.size()) + 1 < opts.max_tokens;
+    ops::SampledIds following;
+    if (ahead && more) following = draw(runner.step_ahead(seqs, pending.device(), on));
+    const int32_t tok = pending.host()[0];
     res.ids.push_back(tok);
     bool stop = false;
     for (int32_t s : opts.stop_ids) stop |= (s == tok);
@@ -139,9 +178,14 @@ GenerateResult generate(Runner& runner, Sequence& seq, std::span<const int32_t> 
       res.finish_reason = "stop";
       break;
     }
-    if (int64_t(res.ids.size()) == opts.max_tokens) break;
-    next = runner.feed(seq, std::span<const int32_t>(&res.ids.back(), 1), false, on);
+    if (!more) break;
     ++res.n_decode_steps;
+    if (ahead) {
+      seq.append({&tok, 1});
+      pending = std::move(following);
+    } else {
+      pending = draw(runner.feed(seq, {&tok, 1}, false, on));
+    }
   }
   res.decode_seconds = seconds_since(t0);
   return res;

@@ -45,6 +45,18 @@ class Runner {
   Tensor step(std::span<Sequence* const> seqs, std::span<const std::span<const int32_t>> tokens,
               std::span<const int32_t> n_logits, LogitsOn on = LogitsOn::Host);
 
+  // A decode step of one token a row whose ids are still where a sample left
+  // them (ops::SampledIds::device(), [seqs.size()] i32): the host queues it
+  // without waiting for them. The sequences are not extended: append each id
+  // once it is read. A model without recurrent state may instead drop it (a
+  // stop token): its sequence is then as if the step had not run.
+  Tensor step_ahead(std::span<Sequence* const> seqs, const Tensor& ids, LogitsOn on = LogitsOn::Host);
+
+  // ops::sample_async into this runner's ids buffer on the device (one
+  // address, which the decode graphs of step_ahead read in place): device()
+  // holds the ids until the next sample of this runner.
+  ops::SampledIds sample(const Tensor& logits, std::span<const ops::SampleRow> rows);
+
   // Appends a run of tokens to one sequence in chunks of prefill_chunk.
   // Returns the logits of the last token [1, n_vocab], or of every token
   // [n_tokens, n_vocab] when all_logits (placed as step() places them).
@@ -57,7 +69,10 @@ class Runner {
   KvCache kv_;
   BlockPool pool_;
   SlotPool slots_;
+  Tensor run(std::span<Sequence* const> seqs, std::span<const std::span<const int32_t>> tokens,
+             std::span<const int32_t> n_logits, LogitsOn on, const Tensor& ids);
   Tensor device_logits_;  // LogitsOn::Device steps write here (grown on demand)
+  Tensor device_ids_;     // sample() leaves ids here (grown on demand)
 };
 
 struct GenerateOptions {

@@ -27,6 +27,7 @@
 #include "backend/cpu/ops_cpu.h"
 #include "backend/cuda/detail.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/memory.h"
 #include "backend/device.h"
 #include "backend/ops.h"
 #include "core/dtype.h"
@@ -674,8 +675,14 @@ std::vector<int32_t> gpu_sample(const std::vector<float>& logits, int64_t V, con
   Buf<ops::SampleRow> dr(rows);
   Buf<int32_t> dout(rows.size());
   dout.poison();
-  sample(dl.get(), int64_t(rows.size()), V, reinterpret_cast<const SampleRow*>(dr.get()), dout.get(), stream());
-  return dout.download();
+  HostLanding landing(rows.size() * 4);  // the ids written to the host as well
+  sample(dl.get(), int64_t(rows.size()), V, reinterpret_cast<const SampleRow*>(dr.get()), dout.get(),
+         static_cast<int32_t*>(landing.data()), stream());
+  landing.mark();
+  std::vector<int32_t> got = dout.download();
+  const auto* on_host = static_cast<const int32_t*>(landing.wait());
+  EXPECT_EQ(std::vector<int32_t>(on_host, on_host + rows.size()), got);
+  return got;
 }
 
 std::vector<int32_t> cpu_sample(const std::vector<float>& logits, int64_t V, const std::vector<ops::SampleRow>& rows) {

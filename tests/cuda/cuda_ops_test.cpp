@@ -24,6 +24,7 @@
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops_cpu.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/memory.h"
 #include "backend/cuda/detail.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -643,10 +644,16 @@ TEST_F(CudaOps, Argmax) {
     Dev<float> dl(logits);
     Dev<int32_t> dout(static_cast<size_t>(n_rows));
     dout.poison();
-    argmax(dl.get(), n_rows, n_vocab, dout.get(), stream());
+    HostLanding landing(size_t(n_rows) * 4);  // the ids written to the host as well
+    std::fill_n(static_cast<int32_t*>(landing.data()), n_rows, -7);
+    argmax(dl.get(), n_rows, n_vocab, dout.get(), static_cast<int32_t*>(landing.data()), stream());
+    landing.mark();
     const std::vector<int32_t> got = dout.download();
-    for (int64_t r = 0; r < n_rows; ++r)
+    const auto* on_host = static_cast<const int32_t*>(landing.wait());
+    for (int64_t r = 0; r < n_rows; ++r) {
       EXPECT_EQ(got[size_t(r)], cpu_argmax(logits.data() + r * n_vocab, n_vocab)) << "n_vocab " << n_vocab << " row " << r;
+      EXPECT_EQ(on_host[r], got[size_t(r)]) << "n_vocab " << n_vocab << " row " << r;
+    }
     if (n_vocab > 3) {
       EXPECT_EQ(got[1], n_vocab / 2);
     }
@@ -665,7 +672,7 @@ TEST_F(CudaOps, Argmax) {
     Dev<int32_t> dout(static_cast<size_t>(n_rows));
     dout.poison();
     for (int rep = 0; rep < 2; ++rep) {  // the split counters are back at zero after a launch
-      argmax(dl.get(), n_rows, n_vocab, dout.get(), stream());
+      argmax(dl.get(), n_rows, n_vocab, dout.get(), nullptr, stream());
       const std::vector<int32_t> got = dout.download();
       for (int64_t r = 0; r < n_rows; ++r)
         ASSERT_EQ(got[size_t(r)], n_vocab - 1 - r % 5000) << "n_rows " << n_rows << " row " << r << " rep " << rep;

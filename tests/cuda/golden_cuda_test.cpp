@@ -270,6 +270,64 @@ TEST_P(CudaGolden, DeviceSamplingIsReproducibleAndGreedyMatchesHost) {
   EXPECT_EQ(greedy, want);
 }
 
+// generate() on the GPU queues each step before it reads the previous
+// step's token: the same draws as sampling step by step, and a stop token's
+// step (already run) is dropped, leaving the sequence as if it had not run.
+TEST_P(CudaGolden, QueuedDecodeEqualsStepByStep) {
+  auto model = load_model(dir_, Device::CUDA);
+  if (model->info().recurrent.n_layer > 0) GTEST_SKIP() << "recurrent models decode step by step";
+  const auto prompt = ref_ids(ref_, "prompt_0");
+  const int32_t V = int32_t(model->info().n_vocab);
+  SamplingParams sp;  // no penalties: the queued path
+  sp.temperature = 0.8f;
+  sp.top_k = 20;
+  sp.seed = 3;
+  const int n = 12;
+  Runner runner(*model, {});
+  auto seq = runner.new_sequence();
+  GenerateOptions go;
+  go.max_tokens = n;
+  go.sampling = sp;
+  const auto got = generate(runner, *seq, prompt, go).ids;
+  ASSERT_EQ(got.size(), size_t(n));
+  EXPECT_EQ(seq->length(), int64_t(prompt.size()) + n - 1);
+
+  Runner r2(*model, {});
+  auto s2 = r2.new_sequence();
+  Sampler sampler(sp);
+  std::vector<int32_t> want;
+  std::vector<ops::PenaltyEntry> none;
+  Tensor l = r2.feed(*s2, prompt, false, LogitsOn::Device);
+  for (int i = 0; i < n; ++i) {
+    const ops::SampleRow r = sampler.device_row(0, V, prompt, want, none);
+    int32_t id = 0;
+    ops::sample(l, {&r, 1}, {&id, 1});
+    want.push_back(id);
+    if (i + 1 < n) l = r2.feed(*s2, {&want.back(), 1}, false, LogitsOn::Device);
+  }
+  EXPECT_EQ(got, want);
+
+  // Stop at the 6th token: the 7th step ran, and is dropped.
+  Runner r3(*model, {});
+  auto s3 = r3.new_sequence();
+  go.stop_ids = {got[5]};
+  const auto res = generate(r3, *s3, prompt, go);
+  const auto first = size_t(std::find(got.begin(), got.end(), got[5]) - got.begin());
+  ASSERT_EQ(res.ids.size(), first + 1);
+  EXPECT_EQ(res.finish_reason, "stop");
+  EXPECT_EQ(s3->length(), int64_t(prompt.size() + first));
+  // The next token lands where the stop token would have: as after a plain prefix.
+  const int32_t extra = 17;
+  Tensor after = r3.feed(*s3, {&extra, 1});
+  std::vector<int32_t> whole = prompt;
+  whole.insert(whole.end(), got.begin(), got.begin() + std::ptrdiff_t(first));
+  whole.push_back(extra);
+  Runner r4(*model, {});
+  auto s4 = r4.new_sequence();
+  Tensor fresh = r4.feed(*s4, whole);
+  EXPECT_LT(max_abs_diff(after.data<float>(), fresh.data<float>(), V), 2e-2f);
+}
+
 // Decode steps whose logits stay on the device (graph replays copy them out
 // of the graph's scratch) give what the host path gives.
 TEST_P(CudaGolden, DeviceLogitsEqualHostLogits) {

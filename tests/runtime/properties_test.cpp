@@ -107,6 +107,43 @@ TEST_P(Properties, BatchOfRowsEqualsEachRowAlone) {
   }
 }
 
+// A step queued with its ids still where a sample left them (generate()'s
+// decode on an accelerator) equals the step given the same ids, batched, and
+// leaves the sequences one token short until the ids are appended.
+TEST_P(Properties, StepAheadEqualsStep) {
+  const int32_t V = int32_t(model_->info().n_vocab);
+  RunnerOptions ro;
+  ro.max_cached_tokens = 512;
+  Runner a(*model_, ro), b(*model_, ro);
+  std::vector<std::unique_ptr<Sequence>> sa, sb;
+  std::vector<Sequence*> pa, pb;
+  for (int r = 0; r < 3; ++r) {
+    const auto prompt = random_ids(5 + 4 * r, V, 40 + uint32_t(r));
+    sa.push_back(a.new_sequence());
+    sb.push_back(b.new_sequence());
+    a.feed(*sa.back(), prompt);
+    b.feed(*sb.back(), prompt);
+    pa.push_back(sa.back().get());
+    pb.push_back(sb.back().get());
+  }
+  std::vector<int32_t> ids = random_ids(3, V, 50);
+  const std::vector<int32_t> wants(3, 1);
+  for (int s = 0; s < 3; ++s) {
+    std::vector<std::span<const int32_t>> feed;
+    for (auto& t : ids) feed.emplace_back(&t, 1);
+    Tensor want = a.step(pa, feed, wants);
+    Tensor got = b.step_ahead(pb, ops::SampledIds::on_host(ids).device());
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(sb[size_t(r)]->length() + 1, sa[size_t(r)]->length()) << "row " << r;
+      EXPECT_EQ(row_of(got, r), row_of(want, r)) << "step " << s << " row " << r;
+      sb[size_t(r)]->append({&ids[size_t(r)], 1});
+    }
+    ops::sample(want, std::vector<ops::SampleRow>(3), ids);
+  }
+  EXPECT_EQ(sa[0]->tokens(), sb[0]->tokens());
+  EXPECT_THROW(b.step_ahead(pb, ops::SampledIds::on_host({ids.data(), 2}).device()), Error);
+}
+
 TEST_P(Properties, IncrementalDecodeEqualsFullRecompute) {
   const int32_t V = int32_t(model_->info().n_vocab);
   auto ids = random_ids(40, V, 11);

@@ -195,7 +195,9 @@ void decode_attention_rope(const float* qkv, const float* q_norm, const float* k
                            Half kv = Half::BF16);
 
 // out[r] = argmax over logits[r, :] (first index on ties). logits: [n_rows, n_vocab]
-void argmax(const float* logits, int64_t n_rows, int64_t n_vocab, int32_t* out, Stream s);
+// host_out: null, or page-locked host memory (HostLanding) written as well, so
+// that no copy to the host follows.
+void argmax(const float* logits, int64_t n_rows, int64_t n_vocab, int32_t* out, int32_t* host_out, Stream s);
 
 // One row's sampling parameters (runtime/sampler.h), its uniform drawn on the host.
 struct SampleRow {
@@ -219,8 +221,9 @@ void apply_penalties(float* logits, int64_t n_vocab, const PenaltyEntry* entries
 // prefix of them whose mass reaches top_p, then to those with at least min_p
 // times the top probability, and one token drawn with `uniform`, walking the
 // kept tokens in id order. Deterministic. logits: [n_rows, n_vocab];
-// rows: [n_rows] (device); out: [n_rows] (device)
-void sample(const float* logits, int64_t n_rows, int64_t n_vocab, const SampleRow* rows, int32_t* out, Stream s);
+// rows: [n_rows] (device); out: [n_rows] (device); host_out as argmax's
+void sample(const float* logits, int64_t n_rows, int64_t n_vocab, const SampleRow* rows, int32_t* out,
+            int32_t* host_out, Stream s);
 
 // ---- Linear attention (Gated DeltaNet) --------------------------------------
 // Behind the ops of the same names in backend/ops.h (linear_attn.cu); each

@@ -1,5 +1,8 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <bit>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -113,9 +116,70 @@ std::shared_ptr<Buffer> allocate(size_t bytes) {
   return std::make_shared<DeviceBuffer>(bytes);
 }
 
+struct HostLanding::Slot {
+  void* host = nullptr;  // page-locked, `capacity` bytes
+  size_t capacity = 0;
+  cudaEvent_t landed = nullptr;
+};
+
+namespace {
+
+// Page-locked buffers with the event of their last copy: one is handed out
+// again only once that copy has landed.
+class SlotPool {
+ public:
+  HostLanding::Slot* take(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < free_.size(); ++i)
+        if (free_[i]->capacity >= bytes && cudaEventQuery(free_[i]->landed) == cudaSuccess) {
+          HostLanding::Slot* s = free_[i];
+          free_.erase(free_.begin() + std::ptrdiff_t(i));
+          return s;
+        }
+    }
+    auto* s = new HostLanding::Slot;
+    s->capacity = std::max<size_t>(std::bit_ceil(bytes), 64 << 10);
+    // Mapped: kernels write it through the same address (unified addressing).
+    check(cudaHostAlloc(&s->host, s->capacity, cudaHostAllocMapped | cudaHostAllocPortable), "page-locked host buffer");
+    void* on_device = nullptr;
+    check(cudaHostGetDevicePointer(&on_device, s->host, 0), "page-locked host buffer");
+    if (on_device != s->host) fail("[cuda] page-locked host memory is not at its host address on the device");
+    check(cudaEventCreateWithFlags(&s->landed, cudaEventDisableTiming), "event");
+    return s;
+  }
+  void give_back(HostLanding::Slot* s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(s);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<HostLanding::Slot*> free_;  // kept for the process's life
+};
+
+SlotPool& host_slots() {
+  static auto* pool = new SlotPool;  // never destroyed: slots may return during static destruction
+  return *pool;
+}
+
+}  // namespace
+
 void copy_to_device(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
-  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()), "copy to device");
+  // From pageable memory the driver may first wait for the stream to drain
+  // (the host then cannot queue a decode step while the last one runs); small
+  // copies go through a page-locked buffer instead.
+  constexpr size_t kStaged = size_t(1) << 20;
+  if (bytes > kStaged) {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()), "copy to device");
+    return;
+  }
+  HostLanding::Slot* slot = host_slots().take(bytes);
+  std::memcpy(slot->host, src, bytes);
+  check(cudaMemcpyAsync(dst, slot->host, bytes, cudaMemcpyHostToDevice, stream()), "copy to device");
+  check(cudaEventRecord(slot->landed, stream()), "event record");
+  host_slots().give_back(slot);
 }
 
 void copy_to_host(void* dst, const void* src, size_t bytes) {
@@ -127,6 +191,23 @@ void copy_to_host(void* dst, const void* src, size_t bytes) {
 void copy_on_device(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()), "copy on device");
+}
+
+HostLanding::HostLanding(size_t bytes) : slot_(host_slots().take(bytes)) {}
+
+HostLanding::~HostLanding() {
+  // Work may still be writing: the slot is reused only after it has.
+  (void)cudaEventSynchronize(slot_->landed);
+  host_slots().give_back(slot_);
+}
+
+void* HostLanding::data() { return slot_->host; }
+
+void HostLanding::mark() { check(cudaEventRecord(slot_->landed, stream()), "event record"); }
+
+const void* HostLanding::wait() {
+  check(cudaEventSynchronize(slot_->landed), "wait for the device");
+  return slot_->host;
 }
 
 MemoryStats memory_stats() { return allocator().stats(); }

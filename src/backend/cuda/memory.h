@@ -19,6 +19,27 @@ void copy_to_device(void* dst, const void* src, size_t bytes);
 void copy_to_host(void* dst, const void* src, size_t bytes);
 void copy_on_device(void* dst, const void* src, size_t bytes);
 
+// Page-locked host bytes that work queued on the backend stream writes (a
+// kernel through the unified address space, or a copy), read without
+// blocking the host in between: mark() records that everything queued so
+// far has written them, wait() blocks until it has (a decode step's ids,
+// read while the next step runs). The buffers and their events are pooled:
+// allocating them costs more than a step.
+class HostLanding {
+ public:
+  explicit HostLanding(size_t bytes);
+  ~HostLanding();
+  HostLanding(const HostLanding&) = delete;
+  HostLanding& operator=(const HostLanding&) = delete;
+  void* data();  // host address, the same on the device
+  void mark();
+  const void* wait();
+  struct Slot;  // a page-locked buffer and its event (memory.cu)
+
+ private:
+  Slot* slot_;
+};
+
 struct MemoryStats {
   size_t in_use = 0;   // bytes handed out
   size_t cached = 0;   // bytes held for reuse

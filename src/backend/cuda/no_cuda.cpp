@@ -43,7 +43,7 @@ void paged_attention(const float*, const half_bits*, const half_bits*, int64_t, 
                      const AttnMeta&, float, int32_t, float*, void*, Stream, Half) {
   no_cuda("paged_attention");
 }
-void argmax(const float*, int64_t, int64_t, int32_t*, Stream) { no_cuda("argmax"); }
+void argmax(const float*, int64_t, int64_t, int32_t*, int32_t*, Stream) { no_cuda("argmax"); }
 bool decode_attention_rope_enabled() { return false; }
 bool decode_attention_rope_fits(int64_t, int64_t, int64_t, const AttnMeta&, bool) { return false; }
 void decode_attention_rope(const float*, const float*, const float*, float, const float*, int64_t, half_bits*,
@@ -64,7 +64,7 @@ void qkv_rope_store(const float*, int64_t, int64_t, int64_t, const float*, const
   no_cuda("qkv_rope_store");
 }
 void apply_penalties(float*, int64_t, const PenaltyEntry*, int64_t, Stream) { no_cuda("apply_penalties"); }
-void sample(const float*, int64_t, int64_t, const SampleRow*, int32_t*, Stream) { no_cuda("sample"); }
+void sample(const float*, int64_t, int64_t, const SampleRow*, int32_t*, int32_t*, Stream) { no_cuda("sample"); }
 void slice_cols(const float*, int64_t, int64_t, int64_t, int64_t, float*, Stream) { no_cuda("slice_cols"); }
 bool decode_tail_fits(int64_t, int64_t, int64_t, int64_t, int64_t) { return false; }
 bool decode_tail_enabled(bool) { return false; }
@@ -110,6 +110,12 @@ std::shared_ptr<Buffer> allocate(size_t) { no_cuda("allocate"); }
 void copy_to_device(void*, const void*, size_t) { no_cuda("copy"); }
 void copy_to_host(void*, const void*, size_t) { no_cuda("copy"); }
 void copy_on_device(void*, const void*, size_t) { no_cuda("copy"); }
+struct HostLanding::Slot {};
+HostLanding::HostLanding(size_t) : slot_(nullptr) { no_cuda("host landing"); }
+HostLanding::~HostLanding() = default;
+void* HostLanding::data() { no_cuda("host landing"); }
+void HostLanding::mark() { no_cuda("host landing"); }
+const void* HostLanding::wait() { no_cuda("host landing"); }
 MemoryStats memory_stats() { return {}; }
 void release_cached() {}
 

@@ -65,7 +65,7 @@ __device__ __forceinline__ void block_best(float& bv, int& bi, int none) {
 constexpr int kArgmaxThreads = 256;
 __global__ void __launch_bounds__(kArgmaxThreads)
     argmax_kernel(const float* __restrict__ logits, int64_t n_vocab, int64_t per, int2* __restrict__ partials,
-                  int* __restrict__ counters, int32_t* __restrict__ out) {
+                  int* __restrict__ counters, int32_t* __restrict__ out, int32_t* __restrict__ host_out) {
   pdl_entry();
   __shared__ bool last;
   const int P = int(gridDim.x), part = int(blockIdx.x), r = int(blockIdx.y);
@@ -98,6 +98,7 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   // All -inf or NaN: index 0, as the CPU loop (which starts at 0) returns.
   if (threadIdx.x == 0) {
     out[r] = bi < none ? bi : 0;
+    if (host_out != nullptr) host_out[r] = out[r];
     if (P > 1) counters[r] = 0;
   }
 }
@@ -274,7 +275,7 @@ __device__ Cut select_cut(const RowCtx& x, Cut c, double target, SampleSmem& sm)
 // One block per row. logits: [n_rows, n_vocab]; rows, out: [n_rows]
 __global__ void __launch_bounds__(kSampleThreads)
     sample_kernel(const float* __restrict__ logits, int V, const SampleRow* __restrict__ rows,
-                  int32_t* __restrict__ out) {
+                  int32_t* __restrict__ out, int32_t* __restrict__ host_out) {
   pdl_entry();
   __shared__ SampleSmem sm;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -297,7 +298,10 @@ __global__ void __launch_bounds__(kSampleThreads)
   __syncthreads();
   const int best = bi < V ? bi : 0;
   if (!(p.temperature > 0.f) || !isfinite(bv)) {
-    if (tid == 0) out[blockIdx.x] = best;
+    if (tid == 0) {
+      out[blockIdx.x] = best;
+      if (host_out != nullptr) host_out[blockIdx.x] = best;
+    }
     return;
   }
 
@@ -384,7 +388,10 @@ __global__ void __launch_bounds__(kSampleThreads)
     if (lane == 0) sm.found = id >= 0 ? id : sm.warp_last[warp];
   }
   __syncthreads();
-  if (tid == 0) out[blockIdx.x] = sm.found;
+  if (tid == 0) {
+    out[blockIdx.x] = sm.found;
+    if (host_out != nullptr) host_out[blockIdx.x] = sm.found;
+  }
 }
 
 __global__ void penalties_kernel(float* __restrict__ logits, int64_t V, const PenaltyEntry* __restrict__ e, int64_t n) {
@@ -401,7 +408,7 @@ __global__ void penalties_kernel(float* __restrict__ logits, int64_t V, const Pe
 
 }  // namespace
 
-void argmax(const float* logits, int64_t n_rows, int64_t n_vocab, int32_t* out, Stream s) {
+void argmax(const float* logits, int64_t n_rows, int64_t n_vocab, int32_t* out, int32_t* host_out, Stream s) {
   if (n_rows <= 0) return;
   if (n_vocab <= 0 || n_vocab >= (int64_t(1) << 31)) fail("[cuda] argmax: bad n_vocab ", n_vocab);
   if (n_rows > 65535) fail("[cuda] argmax: too many rows ", n_rows, " (at most 65535)");
@@ -414,7 +421,7 @@ void argmax(const float* logits, int64_t n_rows, int64_t n_vocab, int32_t* out, 
   const int64_t per = ceil_div(n_vocab, P);
   P = ceil_div(n_vocab, per);
   launch("argmax_kernel", argmax_kernel, dim3(unsigned(P), unsigned(n_rows)), dim3(kArgmaxThreads), 0, s, logits,
-         n_vocab, per, static_cast<int2*>(c.splitk_partials.get()), static_cast<int*>(c.splitk_counters.get()), out);
+         n_vocab, per, static_cast<int2*>(c.splitk_partials.get()), static_cast<int*>(c.splitk_counters.get()), out, host_out);
 }
 
 void apply_penalties(float* logits, int64_t n_vocab, const PenaltyEntry* entries, int64_t n_entries, Stream s) {
@@ -424,12 +431,13 @@ void apply_penalties(float* logits, int64_t n_vocab, const PenaltyEntry* entries
          n_vocab, entries, n_entries);
 }
 
-void sample(const float* logits, int64_t n_rows, int64_t n_vocab, const SampleRow* rows, int32_t* out, Stream s) {
+void sample(const float* logits, int64_t n_rows, int64_t n_vocab, const SampleRow* rows, int32_t* out,
+            int32_t* host_out, Stream s) {
   if (n_rows <= 0) return;
   if (n_vocab <= 0 || n_vocab >= (int64_t(1) << 30)) fail("[cuda] sample: bad n_vocab ", n_vocab);
   if (n_rows > 0x7fffffff) fail("[cuda] sample: too many rows ", n_rows);
   launch("sample_kernel", sample_kernel, dim3(unsigned(n_rows)), dim3(kSampleThreads), 0, s, logits, int(n_vocab), rows,
-         out);
+         out, host_out);
 }
 
 }  // namespace augur::cuda

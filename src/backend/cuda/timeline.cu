@@ -56,6 +56,17 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   CUpti_Activity* rec = nullptr;
   std::lock_guard<std::mutex> lock(t->mutex);
   while (t->get_next(buffer, valid, &rec) == CUPTI_SUCCESS) {
+    if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+      // Copies as rows of their own: "memcpy_HtoD" etc., grid = bytes.
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
+      static const char* kinds[] = {"?", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP"};
+      KernelRecord r;
+      r.start = m->start, r.end = m->end;
+      r.grid = uint32_t(m->bytes), r.graph = m->graphId, r.correlation = m->correlationId, r.stream = m->streamId;
+      r.name = std::string("memcpy_") + (m->copyKind < 11 ? kinds[m->copyKind] : "?");
+      t->kernels.push_back(std::move(r));
+      continue;
+    }
     if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
     KernelRecord r;
@@ -115,8 +126,8 @@ void timeline_start() {
   auto enable = reinterpret_cast<CUptiResult (*)(CUpti_ActivityKind)>(sym("cuptiActivityEnable"));
   g_timeline = t;
   if (reg(buffer_requested, buffer_completed) != CUPTI_SUCCESS ||
-      enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS)
-    fail("[cuda] AUGUR_CUDA_TIMELINE: CUPTI refused kernel activity records");
+      enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS || enable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS)
+    fail("[cuda] AUGUR_CUDA_TIMELINE: CUPTI refused kernel or copy activity records");
   std::atexit(write_timeline);
 }
 
