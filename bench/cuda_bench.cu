@@ -2,7 +2,7 @@
 // the kernels of backend/cuda on Qwen3-8B shapes, timed with CUDA events over
 // CUDA-graph replays (as decode runs), median of several replays.
 //
-//   cuda_bench [--quick | --skinny-sweep | --stream-epi | --stream-mma | --attention | --tail]
+//   cuda_bench [--quick | --skinny-sweep | --stream-epi | --attention | --tail]
 //
 // Weights are rotated over enough copies to defeat the 60 MB L2, as a forward
 // pass reads each weight once; attention rotates over 36 layers' caches.
@@ -337,58 +337,6 @@ void tail_sweep(double bw) {
 
 }  // namespace
 
-// Batched-decode matmuls (M = 8, 16, 32) on both benchmark models' shapes:
-// stream_mma unsplit, split by shape (S), and split with 16 copying lanes or
-// rotated chunks, against matmul_bf16's cuBLASLt path (x converted, then
-// cuBLASLt) and cuBLASLt alone on bf16 x. us (GB/s of weights, % of copy).
-void stream_mma_sweep(double bw) {
-  namespace d = augur::cuda::detail;
-  const Shape shapes[] = {{"8b qkv 6144x4096", 6144, 4096},      {"8b o 4096x4096", 4096, 4096},
-                          {"8b gate_up 24576x4096", 24576, 4096}, {"8b down 4096x12288", 4096, 12288},
-                          {"27b out 5120x6144", 5120, 6144},     {"27b gate_up 34816x5120", 34816, 5120},
-                          {"27b down 5120x17408", 5120, 17408}};
-  Buf<float> x(size_t(32) * 17408), y(size_t(32) * 34816);
-  Buf<uint16_t> xb(size_t(32) * 17408);
-  rand_f32(x.p, x.n, 1);
-  rand_bf16(xb.p, xb.n, 2);
-  std::printf("== stream_mma sweep: us (GB/s, %%copy) ==\n%-24s %3s %3s %18s %18s %18s %18s %18s %18s\n", "shape",
-              "M", "S", "S=1", "split", "split lanes 16", "split rotate", "x->bf16 + Lt", "Lt alone");
-  for (const Shape& sh : shapes) {
-    const size_t bytes = size_t(sh.N * sh.K) * 2;
-    const int copies = int(std::clamp<size_t>((size_t(1) << 30) / bytes, 2, 64));
-    Buf<uint16_t> w(size_t(copies) * size_t(sh.N * sh.K));
-    rand_bf16(w.p, w.n, 3);
-    for (int64_t M : {8, 16, 32}) {
-      auto cell = [&](const std::function<void(Stream, const uint16_t*)>& f) {
-        const double ms = time_graph([&](Stream s) {
-                            for (int c = 0; c < copies; ++c) f(s, w.p + size_t(c) * size_t(sh.N * sh.K));
-                          }) / copies;
-        const double gbs = double(bytes) / (ms * 1e-3) / 1e9;
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "%7.2f (%4.0f %4.1f%%)", ms * 1e3, gbs, 100.0 * gbs / bw);
-        return std::string(buf);
-      };
-      const int S = d::stream_mma_splits(M, sh.K, sh.N);
-      std::string cells[6];
-      const int variants[4][3] = {{1, 1, 0}, {0, 1, 0}, {0, 16, 0}, {0, 1, 1}};  // split, lanes, rotate
-      for (int v = 0; v < 4; ++v) {
-        d::stream_mma_split() = variants[v][0], d::stream_mma_lanes() = variants[v][1];
-        d::stream_mma_rotate() = variants[v][2];
-        cells[v] = cell([&](Stream s, const uint16_t* wc) {
-          d::stream_mma(x.p, M, sh.K, sh.K, wc, augur::cuda::Half::BF16, sh.N, y.p, sh.N, s);
-        });
-      }
-      d::stream_mma_split() = 0, d::stream_mma_lanes() = 1, d::stream_mma_rotate() = 0;
-      cells[4] = cell([&](Stream s, const uint16_t* wc) {
-        augur::cuda::matmul_bf16(x.p, M, sh.K, sh.K, wc, sh.N, y.p, sh.N, s);
-      });
-      cells[5] = cell([&](Stream s, const uint16_t* wc) { d::lt_matmul(xb.p, M, sh.K, wc, sh.N, y.p, sh.N, s); });
-      std::printf("%-24s %3ld %3d %18s %18s %18s %18s %18s %18s\n", sh.name, long(M), S, cells[0].c_str(),
-                  cells[1].c_str(), cells[2].c_str(), cells[3].c_str(), cells[4].c_str(), cells[5].c_str());
-    }
-  }
-}
-
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
   if (!augur::cuda::available()) {
@@ -410,10 +358,6 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--skinny-sweep") == 0) {
     skinny_sweep(bw);
-    return 0;
-  }
-  if (argc > 1 && std::strcmp(argv[1], "--stream-mma") == 0) {
-    stream_mma_sweep(bw);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--tail") == 0) {

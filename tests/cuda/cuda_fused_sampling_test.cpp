@@ -293,8 +293,8 @@ TEST_F(CudaFused, DecodeAttentionEarlyEqualsDefault) {
   const std::vector<std::vector<Row>> batches = {
       {{97, 3}, {2045, 1}, {0, 1}, {63, 2}},                                               // 7 tokens
       {{5, 1}, {64, 1}, {127, 1}, {128, 1}, {300, 1}, {1000, 1}, {1500, 1}, {2000, 1}, {2047, 1}},  // 9 rows
-      {{2040, 1}}};  // one row: ~34 splits, more than the one-trip merge takes
-  const int64_t bs = 16, max_blocks = 2048 / bs;
+      {{6000, 1}}};  // one row past 4,096 keys: ~34 splits, more than the one-trip merge takes
+  const int64_t bs = 16;
   struct Case {
     int64_t n_head, n_head_kv, head_dim;
     bool f16;
@@ -303,6 +303,9 @@ TEST_F(CudaFused, DecodeAttentionEarlyEqualsDefault) {
   const Case cases[] = {Case{32, 8, 128, false, 0}, Case{8, 8, 128, true, 100}, Case{4, 2, 64, true, 0},
                         Case{6, 3, 16, false, 0}};
   for (const auto& batch : batches) {
+    int32_t last = 0;
+    for (const Row& r : batch) last = std::max(last, r.pos0 + r.n);
+    const int64_t max_context = last <= 2048 ? 2048 : 8192, max_blocks = max_context / bs;
     std::vector<int32_t> pos, rows, slots;
     const int64_t R = int64_t(batch.size()), n_blocks = R * max_blocks;
     std::vector<int32_t> pool(static_cast<size_t>(n_blocks)), tables(static_cast<size_t>(R * max_blocks));
@@ -323,7 +326,7 @@ TEST_F(CudaFused, DecodeAttentionEarlyEqualsDefault) {
     AttnMeta meta;
     meta.positions = dpos.get(), meta.slot_mapping = dslots.get(), meta.token_row = drows.get();
     meta.block_tables = dtables.get(), meta.max_blocks = int32_t(max_blocks), meta.n_tokens = int32_t(T);
-    meta.max_context = 2048, meta.max_row_tokens = max_row;
+    meta.max_context = int32_t(max_context), meta.max_row_tokens = max_row;
     for (const Case& c : cases) {
       SCOPED_TRACE(testing::Message() << T << " tokens, heads " << c.n_head << "/" << c.n_head_kv << " D "
                                       << c.head_dim << " f16 " << c.f16 << " window " << c.window);

@@ -153,6 +153,7 @@ __device__ __forceinline__ int token_split_len(int span, int min_len, int want) 
 // (token, KV head, head pass) to finish merges the partials. scratch: smem for
 // the merge, MergeCfg<D, GP>::kFloats floats (may overlap red_acc).
 constexpr int kMerge1Splits = 16;  // finish_decode's one-trip merge: at most this many splits
+constexpr int64_t kOneTripContext = 4096;  // contexts (the plan's bound) that take at most kMerge1Splits splits
 
 template <int D, int GP, int kWarps, bool MERGE1 = false>
 __device__ void finish_decode(float* scratch, const float* red_acc, const float* red_ml, const Geometry& geo, int t,
@@ -1011,16 +1012,21 @@ DecodePlan plan_decode(int64_t n_tokens, int64_t n_head, int64_t max_context) {
 // token-and-KV-head pair takes one split plus its share of 2 blocks an SM,
 // e.g. batch 1: 34 splits (context 8,192: 256 keys, 17.8 against 22.7 us a
 // layer with 128-key splits); batch 32: 3 (context 8,192: 283 against 293).
+// Up to 4,096 keys (the plan's bound), at most kMerge1Splits: the split
+// merge then takes one trip to L2 (attention_early), which costs less than
+// the longer splits (twelfth session, batch 1 at context 2048: 16 splits
+// 4.081 / 4.083 ms a step against 34 splits 4.097 / 4.100).
 // AUGUR_CUDA_ATTN_BLOCKS=n: about n blocks in all instead; 0: every split
 // the plan's min_len.
-int want_splits(int64_t n_tokens, int64_t blocks_per_split) {
+int want_splits(int64_t n_tokens, int64_t blocks_per_split, const DecodePlan& plan) {
   static const int64_t env = [] {
     const char* e = std::getenv("AUGUR_CUDA_ATTN_BLOCKS");
     return e == nullptr ? int64_t(-1) : int64_t(std::atoll(e));
   }();
   const int64_t pairs = std::max<int64_t>(1, n_tokens * blocks_per_split);
   if (env == 0) return kAllSplits;
-  const int64_t want = env > 0 ? ceil_div(env, pairs) : 1 + ceil_div(int64_t(2) * context().sm_count, pairs);
+  int64_t want = env > 0 ? ceil_div(env, pairs) : 1 + ceil_div(int64_t(2) * context().sm_count, pairs);
+  if (env < 0 && int64_t(plan.n_splits) * plan.split_len <= kOneTripContext) want = std::min<int64_t>(want, kMerge1Splits);
   return int(std::clamp<int64_t>(want, 1, kAllSplits));
 }
 
@@ -1036,7 +1042,7 @@ void launch_decode(const float* q, const uint16_t* k_cache, const uint16_t* v_ca
                    const DecodePlan& plan, float* out, void* workspace, Stream s) {
   const int n_hpass = (geo.group + GP - 1) / GP;
   // A token needs at most `want` splits: the grid has no more.
-  const int want = plan.want > 0 ? plan.want : want_splits(geo.n_tokens, int64_t(geo.n_head_kv) * n_hpass);
+  const int want = plan.want > 0 ? plan.want : want_splits(geo.n_tokens, int64_t(geo.n_head_kv) * n_hpass, plan);
   const int n_splits = std::min(plan.n_splits, want);
   const dim3 grid(unsigned(n_splits), unsigned(geo.n_head_kv * n_hpass), unsigned(geo.n_tokens));
   if (n_splits > 1 && int64_t(geo.n_tokens) * grid.y > Context::kAttnCounters) {
@@ -1085,7 +1091,7 @@ template <int D, bool F16, bool ROPE = false>
 void launch_decode_tc(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const Geometry& geo,
                       const DecodePlan& plan, float* out, void* workspace, Stream s, const RopeArgs& rope = {}) {
   using C = DecodeTcCfg<D>;
-  const int want = plan.want > 0 ? plan.want : want_splits(geo.n_tokens, geo.n_head_kv);
+  const int want = plan.want > 0 ? plan.want : want_splits(geo.n_tokens, geo.n_head_kv, plan);
   const int n_splits = std::min(plan.n_splits, want);  // a token needs at most `want` splits
   const dim3 grid(unsigned(n_splits), unsigned(geo.n_head_kv), unsigned(geo.n_tokens));
   if (n_splits > 1 && int64_t(geo.n_tokens) * grid.y > Context::kAttnCounters) {

@@ -100,14 +100,12 @@ struct Context {
   DeviceBuffer tail_counters;       // kTailCounters int32: decode_tail's split-tile arrivals, zero between launches
   DeviceBuffer tail_partials;       // decode_tail's partial sums: 2 slots x 8 floats a warp (8 warps an SM)
   DeviceBuffer x_bf16;              // grows: bf16 copy of x for cuBLASLt
-  DeviceBuffer mma_partials;        // kMmaPartialBytes: stream_mma's split-K partial sums
 
   std::mutex lt_mutex;              // guards lt_algos
   std::map<LtAlgoKey, cublasLtMatmulAlgo_t> lt_algos;
 
   static constexpr size_t kLtWorkspaceBytes = size_t(32) << 20;
   static constexpr size_t kSplitKPartialBytes = size_t(8) << 20;
-  static constexpr size_t kMmaPartialBytes = size_t(16) << 20;
   static constexpr int kSplitKCounters = 8192;
   static constexpr int kAttnCounters = 8192;
   static constexpr int kTailCounters = 65536;

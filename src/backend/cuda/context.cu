@@ -51,7 +51,6 @@ Context::Context() {
   lt_workspace = DeviceBuffer(kLtWorkspaceBytes);
   splitk_partials = DeviceBuffer(kSplitKPartialBytes);
   splitk_counters = DeviceBuffer(size_t(kSplitKCounters) * sizeof(int32_t));
-  mma_partials = DeviceBuffer(kMmaPartialBytes);
   AUGUR_CUDA(cudaMemsetAsync(splitk_counters.get(), 0, splitk_counters.bytes(), stream));
   attn_counters = DeviceBuffer(size_t(kAttnCounters) * sizeof(int32_t));
   AUGUR_CUDA(cudaMemsetAsync(attn_counters.get(), 0, attn_counters.bytes(), stream));

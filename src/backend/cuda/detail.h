@@ -23,28 +23,6 @@ Precision& precision();
 constexpr int64_t kSkinnyMaxM = 8;
 constexpr int64_t kSkinnyDispatchM = 2;
 
-// The skinny tensor-core GEMM (stream_mma.cu) for 3..kStreamMmaMaxM rows:
-// the stream GEMV's bulk-copy ring feeding mma, x rounded to the weights'
-// type. Off unless AUGUR_CUDA_STREAM_MMA=1 (matmul_half then takes it over
-// cuBLASLt where it fits: K % 1024 == 0, N % 16 == 0). x: [M, K] f32 (row
-// stride ldx, even, 8-byte aligned); w: [N, K] half (16-byte aligned); y: [M, N]
-// f32 (row stride ldy).
-constexpr int64_t kStreamMmaMaxM = 32;
-bool stream_mma_enabled();
-// Producer lanes issuing a stage's 16 row copies (AUGUR_CUDA_MMA_LANES,
-// default 1), for the benchmark's sweep.
-int& stream_mma_lanes();
-// 1: each block walks the K chunks from its own (AUGUR_CUDA_MMA_ROTATE, default 0).
-int& stream_mma_rotate();
-// K slices (AUGUR_CUDA_MMA_SPLIT; 0, the default: by shape; a count that does
-// not divide K / 1024 or outgrows the scratch makes stream_mma_fits false),
-// and the count a launch takes (0: does not fit).
-int& stream_mma_split();
-int stream_mma_splits(int64_t M, int64_t K, int64_t N);
-bool stream_mma_fits(int64_t M, int64_t K, int64_t N);
-void stream_mma(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, Half wt, int64_t N, float* y,
-                int64_t ldy, Stream s);
-
 // Skinny path (M <= kSkinnyMaxM). splits = 0 picks the split-K factor;
 // otherwise K is cut into about `splits` pieces (benchmark sweeps).
 void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, int64_t N,

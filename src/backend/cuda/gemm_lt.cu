@@ -175,11 +175,6 @@ void matmul_half(const float* x, int64_t M, int64_t K, int64_t ldx, const half_b
     detail::generic_matmul(x, M, K, ldx, w, N, y, ldy, s, wt);
     return;
   }
-  if (M <= detail::kStreamMmaMaxM && detail::stream_mma_enabled() && detail::stream_mma_fits(M, K, N) &&
-      ldx % 2 == 0 && (reinterpret_cast<uintptr_t>(x) & 7) == 0 && aligned16(w)) {
-    detail::stream_mma(x, M, K, ldx, w, wt, N, y, ldy, s);
-    return;
-  }
   Context& c = context();
   if (M <= 65535) {
     auto* xh = static_cast<half_bits*>(c.bf16_scratch(size_t(M * K) * 2, s));
