@@ -76,10 +76,11 @@ Tensor Runner::run(std::span<Sequence* const> seqs, std::span<const std::span<co
 }
 
 ops::SampledIds Runner::sample(const Tensor& logits, std::span<const ops::SampleRow> rows) {
-  if (!logits.defined() || logits.ndim() != 2 || logits.device() == Device::CPU) return ops::sample_async(logits, rows);
-  const Device device = logits.device();
+  if (!logits.defined() || logits.ndim() != 2 || logits.device() == Device::CPU)
+    return ops::sample_async(logits, rows);
   const int64_t n = logits.dim(0);
-  if (!device_ids_.defined() || device_ids_.numel() < n) device_ids_ = empty_on(device, DType::I32, {std::max<int64_t>(n, 1)});
+  if (!device_ids_.defined() || device_ids_.numel() < n)
+    device_ids_ = empty_on(logits.device(), DType::I32, {std::max<int64_t>(n, 1)});
   const int64_t shape[] = {n};
   return ops::sample_async(logits, rows, Tensor::view_of(device_ids_.buffer(), 0, DType::I32, shape, 1));
 }

@@ -64,13 +64,14 @@ class Runner {
               LogitsOn on = LogitsOn::Host);
 
  private:
+  // step() and step_ahead(): the forward, with the ids on the device when given.
+  Tensor run(std::span<Sequence* const> seqs, std::span<const std::span<const int32_t>> tokens,
+             std::span<const int32_t> n_logits, LogitsOn on, const Tensor& ids);
   Model* model_;
   RunnerOptions opts_;
   KvCache kv_;
   BlockPool pool_;
   SlotPool slots_;
-  Tensor run(std::span<Sequence* const> seqs, std::span<const std::span<const int32_t>> tokens,
-             std::span<const int32_t> n_logits, LogitsOn on, const Tensor& ids);
   Tensor device_logits_;  // LogitsOn::Device steps write here (grown on demand)
   Tensor device_ids_;     // sample() leaves ids here (grown on demand)
 };

@@ -1026,7 +1026,8 @@ int want_splits(int64_t n_tokens, int64_t blocks_per_split, const DecodePlan& pl
   const int64_t pairs = std::max<int64_t>(1, n_tokens * blocks_per_split);
   if (env == 0) return kAllSplits;
   int64_t want = env > 0 ? ceil_div(env, pairs) : 1 + ceil_div(int64_t(2) * context().sm_count, pairs);
-  if (env < 0 && int64_t(plan.n_splits) * plan.split_len <= kOneTripContext) want = std::min<int64_t>(want, kMerge1Splits);
+  if (env < 0 && int64_t(plan.n_splits) * plan.split_len <= kOneTripContext)
+    want = std::min<int64_t>(want, kMerge1Splits);
   return int(std::clamp<int64_t>(want, 1, kAllSplits));
 }
 

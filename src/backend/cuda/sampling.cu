@@ -421,7 +421,8 @@ void argmax(const float* logits, int64_t n_rows, int64_t n_vocab, int32_t* out, 
   const int64_t per = ceil_div(n_vocab, P);
   P = ceil_div(n_vocab, per);
   launch("argmax_kernel", argmax_kernel, dim3(unsigned(P), unsigned(n_rows)), dim3(kArgmaxThreads), 0, s, logits,
-         n_vocab, per, static_cast<int2*>(c.splitk_partials.get()), static_cast<int*>(c.splitk_counters.get()), out, host_out);
+         n_vocab, per, static_cast<int2*>(c.splitk_partials.get()), static_cast<int*>(c.splitk_counters.get()), out,
+         host_out);
 }
 
 void apply_penalties(float* logits, int64_t n_vocab, const PenaltyEntry* entries, int64_t n_entries, Stream s) {

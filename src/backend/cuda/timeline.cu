@@ -1,10 +1,10 @@
-// AUGUR_CUDA_TIMELINE=path: every kernel's start and end on the GPU, from
+// AUGUR_CUDA_TIMELINE=path: every kernel's and copy's start and end on the GPU, from
 // CUPTI's activity records, written to path (CSV) at exit. For seeing where a
 // decode step loses time between kernels (PDL overlap, small kernels,
 // attention) without nsys, which the device machine lacks. libcupti is opened
 // with dlopen only when asked (AUGUR_CUDA_CUPTI names the file, else
 // libcupti.so.13 from the loader's path), so nothing links against it.
-// scripts/timeline.py reads the file.
+// scripts/timeline.py and scripts/step_gaps.py read the file.
 #include <cupti_activity.h>
 #include <cxxabi.h>
 #include <dlfcn.h>
@@ -59,7 +59,8 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
       // Copies as rows of their own: "memcpy_HtoD" etc., grid = bytes.
       const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
-      static const char* kinds[] = {"?", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP"};
+      static const char* kinds[] = {"?",    "HtoD", "DtoH", "HtoA", "AtoH", "AtoA",
+                                    "AtoD", "DtoA", "DtoD", "HtoH", "PtoP"};
       KernelRecord r;
       r.start = m->start, r.end = m->end;
       r.grid = uint32_t(m->bytes), r.graph = m->graphId, r.correlation = m->correlationId, r.stream = m->streamId;
@@ -100,7 +101,7 @@ void write_timeline() {
                  name.c_str());
   }
   std::fclose(f);
-  std::fprintf(stderr, "[cuda] timeline: %zu kernels written to %s\n", t->kernels.size(), t->path.c_str());
+  std::fprintf(stderr, "[cuda] timeline: %zu kernels and copies written to %s\n", t->kernels.size(), t->path.c_str());
 }
 
 }  // namespace
@@ -126,7 +127,8 @@ void timeline_start() {
   auto enable = reinterpret_cast<CUptiResult (*)(CUpti_ActivityKind)>(sym("cuptiActivityEnable"));
   g_timeline = t;
   if (reg(buffer_requested, buffer_completed) != CUPTI_SUCCESS ||
-      enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS || enable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS)
+      enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS ||
+      enable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS)
     fail("[cuda] AUGUR_CUDA_TIMELINE: CUPTI refused kernel or copy activity records");
   std::atexit(write_timeline);
 }
