@@ -166,9 +166,9 @@ GenerateResult generate(Runner& runner, Sequence& seq, std::span<const int32_t> 
   // The next-token logits: the last row either way.
   ops::SampledIds pending = draw(logits.slice_rows(logits.dim(0) - 1, logits.dim(0)));
   Sequence* const seqs[] = {&seq};
+  ops::SampledIds following;  // (a dropped step is waited for after the clock stops)
   for (;;) {
     const bool more = int64_t(res.ids.size()) + 1 < opts.max_tokens;
-    ops::SampledIds following;
     if (ahead && more) following = draw(runner.step_ahead(seqs, pending.device(), on));
     const int32_t tok = pending.host()[0];
     res.ids.push_back(tok);

@@ -175,6 +175,11 @@ void copy_to_device(void* dst, const void* src, size_t bytes) {
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()), "copy to device");
     return;
   }
+  // A recording would keep reading the slot after it is reused (from pageable
+  // memory, CUDA refuses the copy while recording): refuse it too.
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream(), &capturing), "copy to device");
+  if (capturing != cudaStreamCaptureStatusNone) fail("[cuda] copy to device: not allowed inside a recorded graph");
   HostLanding::Slot* slot = host_slots().take(bytes);
   std::memcpy(slot->host, src, bytes);
   check(cudaMemcpyAsync(dst, slot->host, bytes, cudaMemcpyHostToDevice, stream()), "copy to device");
