@@ -225,17 +225,22 @@ __global__ void swiglu_packed_kernel(const float* __restrict__ gu, int64_t D, in
 // qkv: [n_tokens, n_head * q_stride + 2 n_head_kv * D], q_stride D, or 2 D when
 // each query head is followed by its output gate (gate_out non-null: the
 // gates are copied there, [n_tokens, n_head, D]). Dynamic smem: 2 * half +
-// warps * D floats.
+// (2 * D with the norms) + warps * D floats.
+// Before its PDL wait a block reads what no earlier kernel writes (the
+// layout goes up before the step's first kernel; the rest are weights): its
+// position's cos/sin, its slot and the norm gains, so that after the wait
+// only the projection's load is a trip to memory.
 template <bool F16>
 __global__ void qkv_rope_store_kernel(const float* __restrict__ qkv, int n_head, int n_head_kv, int D,
                                       const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
                                       const int32_t* __restrict__ positions, const int32_t* __restrict__ slot_mapping,
                                       const float* __restrict__ inv_freq, int half, float* __restrict__ q_out,
                                       uint16_t* __restrict__ k_cache, uint16_t* __restrict__ v_cache,
-                                      float* __restrict__ gate_out) {
-  pdl_entry();
+                                      float* __restrict__ gate_out, bool early) {
+  if (!early) pdl_entry();  // AUGUR_CUDA_QKV_EARLY=0: all of it after the wait (A/B runs)
   extern __shared__ float smem[];
-  float* cs = smem;  // [cos(half), sin(half)]
+  float* cs = smem;             // [cos(half), sin(half)]
+  float* gains = cs + 2 * half;  // [q_norm(D), k_norm(D)] when given
   const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
   const float pos = float(positions[t]);
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
@@ -243,9 +248,14 @@ __global__ void qkv_rope_store_kernel(const float* __restrict__ qkv, int n_head,
     cs[i] = cosf(angle);
     cs[half + i] = sinf(angle);
   }
-  __syncthreads();
-  float* buf = smem + 2 * half + warp * D;
+  if (q_norm != nullptr)
+    for (int i = threadIdx.x; i < D; i += blockDim.x) gains[i] = q_norm[i], gains[D + i] = k_norm[i];
   const int64_t slot = slot_mapping[t];
+  if (early) pdl_entry();
+  __syncthreads();
+  float* buf = gains + (q_norm != nullptr ? 2 * D : 0) + warp * D;
+  const float* qg = q_norm != nullptr ? gains : nullptr;
+  const float* kg = q_norm != nullptr ? gains + D : nullptr;
   const int n_total = n_head + 2 * n_head_kv;
   const int64_t kv_dim = int64_t(n_head_kv) * D, q_stride = gate_out != nullptr ? 2 * D : D;
   const float* row = qkv + int64_t(t) * (n_head * q_stride + 2 * kv_dim);
@@ -264,7 +274,7 @@ __global__ void qkv_rope_store_kernel(const float* __restrict__ qkv, int n_head,
     }
     const bool is_q = hh < n_head;
     if (!is_q && slot < 0) continue;
-    norm_rope_head(src, D, is_q ? q_norm : k_norm, eps, cs, half, buf, lane, [&](int d, float r) {
+    norm_rope_head(src, D, is_q ? qg : kg, eps, cs, half, buf, lane, [&](int d, float r) {
       if (is_q)
         q_out[(int64_t(t) * n_head + hh) * D + d] = r;
       else
@@ -403,13 +413,18 @@ void qkv_rope_store(const float* qkv, int64_t n_head, int64_t n_head_kv, int64_t
     const char* e = std::getenv("AUGUR_CUDA_QKV_GRID");
     return e != nullptr && std::strcmp(e, "token") == 0;
   }();
+  static const bool early = [] {
+    const char* e = std::getenv("AUGUR_CUDA_QKV_EARLY");
+    return e == nullptr || std::atoi(e) != 0;
+  }();
+  if ((q_norm == nullptr) != (k_norm == nullptr)) fail("[cuda] qkv_rope_store: q_norm and k_norm go together");
   const int warps = per_token ? 8 : 4;
-  const size_t smem = size_t(2 * half + warps * head_dim) * sizeof(float);
+  const size_t smem = size_t(2 * half + (q_norm != nullptr ? 2 : 0) * head_dim + warps * head_dim) * sizeof(float);
   auto kernel = kv == Half::F16 ? qkv_rope_store_kernel<true> : qkv_rope_store_kernel<false>;
   const dim3 grid(blocks_for(meta.n_tokens, 1), per_token ? 1u : unsigned(ceil_div(n_head + 2 * n_head_kv, warps)));
   launch("qkv_rope_store_kernel", kernel, grid, dim3(warps * 32), smem, s, qkv,
          int(n_head), int(n_head_kv), int(head_dim), q_norm, k_norm, eps, meta.positions, meta.slot_mapping, inv_freq,
-         int(half), q_out, k_cache, v_cache, gate_out);
+         int(half), q_out, k_cache, v_cache, gate_out, early);
 }
 
 }  // namespace augur::cuda
