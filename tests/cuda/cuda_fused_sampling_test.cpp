@@ -252,22 +252,34 @@ TEST_F(CudaFused, DecodeAttentionRopeEqualsUnfused) {
     const float scale = 1.0f / std::sqrt(float(D));
     const float* qg = c.norm ? dqn.get() : nullptr;
     const float* kg = c.norm ? dkn.get() : nullptr;
-    out_a.poison(), out_b.poison();
+    out_a.poison();
     qkv_rope_store(dqkv.get(), c.n_head, c.n_head_kv, D, qg, kg, 1e-6f, dfreq.get(), c.half, meta, dq.get(), ka.get(),
                    va.get(), stream(), kv);
     paged_attention(dq.get(), ka.get(), va.get(), bs, c.n_head, c.n_head_kv, D, meta, scale, c.window, out_a.get(),
                     ws.get(), stream(), kv);
-    decode_attention_rope(dqkv.get(), qg, kg, 1e-6f, dfreq.get(), c.half, kb.get(), vb.get(), bs, c.n_head,
-                          c.n_head_kv, D, meta, scale, c.window, out_b.get(), ws.get(), stream(), kv);
-    const std::vector<float> a = out_a.download(), b = out_b.download();
-    size_t finite = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(float)), 0) << "out " << i << ": " << a[i] << " vs " << b[i];
-      finite += std::isfinite(a[i]);
+    const std::vector<float> a = out_a.download();
+    // Each variant of the fused kernel, from the old cache: without the
+    // early key copy, with it (the token's own K/V put into stage 0
+    // directly), and with the one-trip merge.
+    struct Reset {
+      ~Reset() { detail::attention_early_variant() = -1; }
+    } reset;
+    for (int early : {0, 1, 2}) {
+      SCOPED_TRACE(testing::Message() << "early " << early);
+      detail::attention_early_variant() = early;
+      kb.upload(cache0), vb.upload(cache0), out_b.poison();
+      decode_attention_rope(dqkv.get(), qg, kg, 1e-6f, dfreq.get(), c.half, kb.get(), vb.get(), bs, c.n_head,
+                            c.n_head_kv, D, meta, scale, c.window, out_b.get(), ws.get(), stream(), kv);
+      const std::vector<float> b = out_b.download();
+      size_t finite = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(float)), 0) << "out " << i << ": " << a[i] << " vs " << b[i];
+        finite += std::isfinite(a[i]);
+      }
+      EXPECT_EQ(finite, a.size());
+      EXPECT_EQ(ka.download(), kb.download()) << "k cache";
+      EXPECT_EQ(va.download(), vb.download()) << "v cache";
     }
-    EXPECT_EQ(finite, a.size());
-    EXPECT_EQ(ka.download(), kb.download()) << "k cache";
-    EXPECT_EQ(va.download(), vb.download()) << "v cache";
     EXPECT_NE(ka.download(), cache0) << "the new keys were stored";
   }
   meta.max_row_tokens = 2;  // a row with two new tokens: the second's keys include the first's

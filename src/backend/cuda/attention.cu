@@ -747,12 +747,14 @@ struct RopeArgs {
 
 // As decode_kernel (same arguments but n_hpass, always 1 here): grid
 // (n_splits, n_head_kv, n_tokens), 128 threads. ROPE: q is unused; rope has
-// the projection and the rest of qkv_rope_store's inputs. EARLY (not with
-// ROPE): the first stage's keys that earlier steps cached (positions before
-// the row's first new token) are copied into shared memory before the PDL
-// wait, and only the new ones after it, alongside q: one round trip to L2
-// less after the wait (the default prefetches them into L2 only). EARLY 2:
-// also the split merge's loads at once (finish_decode's MERGE1).
+// the projection and the rest of qkv_rope_store's inputs (its cos/sin, norm
+// gains and slot read before the PDL wait). EARLY: the first stage's keys
+// that earlier steps cached (positions before the row's first new token) are
+// copied into shared memory before the PDL wait, and only the new ones after
+// it, alongside q: one round trip to L2 less after the wait (the default
+// prefetches them into L2 only). With ROPE the block that makes the token's
+// K/V also puts them into its stage 0 directly. EARLY 2: also the split
+// merge's loads at once (finish_decode's MERGE1).
 template <int D, bool F16, bool ROPE, int EARLY = 0>
 __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict__ q,
                                                         const uint16_t* __restrict__ k_cache,
@@ -780,7 +782,6 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
   const int k_end = min(p + 1, k_begin + split_len);
   const int32_t* bt = geo.block_tables + int64_t(geo.token_row[t]) * geo.max_blocks;
   const size_t row_stride = size_t(geo.n_head_kv) * D;
-  static_assert(!(ROPE && EARLY != 0), "EARLY is for the separate RoPE kernel's q");
   uint16_t* wbuf = kv + warp * C::kWarpBuf;
   const int n_stages = (k_end - k_begin + C::kStage - 1) / C::kStage;
   // Stage st's keys of this warp into its ring slot, those with `take(pos)`;
@@ -821,47 +822,78 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
       prefetch_l2(v_cache + off);
     }
   }
-  float* cs = reinterpret_cast<float*>(kv);  // ROPE: [cos(half), sin(half)], then [warp][2][D]: in the ring until its first use
+  // ROPE: [cos(half), sin(half)], q's and k's norm gains [D] each, then
+  // [warp][2][D] (at most 11 D floats): in the ring until its first use; with
+  // EARLY in warp 0's second slot (stage 0 is in flight).
+  static_assert(11 * D * 4 <= 2 * C::kKeys * C::kStride * 2, "RoPE scratch fits a ring slot");
+  float* cs = reinterpret_cast<float*>(EARLY != 0 ? kv + 2 * C::kKeys * C::kStride : kv);
+  float* q_gain = cs + 2 * rope.half;
+  float* k_gain = q_gain + D;
+  int64_t slot = -1;
   if constexpr (ROPE) {
     for (int i = tid; i < rope.half; i += blockDim.x) {
       const float angle = float(p) * rope.inv_freq[i];
       cs[i] = cosf(angle);
       cs[rope.half + i] = sinf(angle);
     }
+    for (int d = tid; d < D; d += blockDim.x) {
+      if (rope.q_norm != nullptr) q_gain[d] = rope.q_norm[d];
+      if (rope.k_norm != nullptr) k_gain[d] = rope.k_norm[d];
+    }
+    slot = rope.slot_mapping[t];
   }
   pdl_entry();
-  if constexpr (EARLY != 0) {  // the new keys of stage 0, in flight beside q's load
+  if constexpr (EARLY != 0 && !ROPE) {  // the new keys of stage 0, in flight beside q's load
     issue_if(0, [&](int pos) { return pos >= fresh_from && pos < k_end; });
     cp_async_commit();
   }
 
   if constexpr (ROPE) {
-    __syncthreads();  // cs
-    float* buf = cs + 2 * rope.half + warp * 2 * D;  // the head in, then rotated
+    __syncthreads();  // cs, gains
+    float* buf = k_gain + D + warp * 2 * D;  // the head in, then rotated
     float* rot = buf + D;
     const int64_t kv_dim = int64_t(geo.n_head_kv) * D;
     const float* row = rope.qkv + int64_t(t) * (int64_t(geo.n_head) * D + 2 * kv_dim);
+    const bool own = k_end == p + 1 && slot >= 0;  // this split holds the token's own key
+    if (own && warp < 2) {  // the K (warp 0) or V (warp 1) row on its way to L1 beside q's loads
+      const float* src = row + int64_t(geo.n_head) * D + warp * kv_dim + int64_t(kvh) * D;
+      if (lane * 32 < D) asm volatile("prefetch.global.L1 [%0];" ::"l"(src + lane * 32));
+    }
     for (int r = warp; r < 16; r += C::kWarps) {
       if (r < G)
-        norm_rope_head(row + int64_t(h0 + r) * D, D, rope.q_norm, rope.eps, cs, rope.half, buf, lane,
-                       [&](int d, float v) { rot[d] = v; });
+        norm_rope_head(row + int64_t(h0 + r) * D, D, rope.q_norm != nullptr ? q_gain : nullptr, rope.eps, cs,
+                       rope.half, buf, lane, [&](int d, float v) { rot[d] = v; });
       for (int d = 2 * lane; d < D; d += 64) {  // as the q load below: scaled, rounded in pairs
         const float a = r < G ? rot[d] * geo.qscale : 0.f, b = r < G ? rot[d + 1] * geo.qscale : 0.f;
         *reinterpret_cast<uint32_t*>(qs + r * C::kStride + d) = half2_rn<F16>(a, b);
       }
       __syncwarp();
     }
-    const int64_t slot = rope.slot_mapping[t];
-    if (k_end == p + 1 && slot >= 0) {  // this split holds the token's own key
+    // EARLY: the token's K row in stage 0's ring when it falls there (V's
+    // follows it), written directly; else the loop loads it from the cache.
+    const int at = p - k_begin;
+    uint16_t* own_k =
+        EARLY != 0 && at < C::kStage ? kv + (at / C::kKeys) * C::kWarpBuf + (at % C::kKeys) * C::kStride : nullptr;
+    if (own) {
       if (warp == 0) {
-        norm_rope_head(row + int64_t(geo.n_head) * D + int64_t(kvh) * D, D, rope.k_norm, rope.eps, cs, rope.half,
-                       buf, lane,
-                       [&](int d, float v) { rope.k_cache[slot * kv_dim + int64_t(kvh) * D + d] = f32_to_half<F16>(v); });
+        norm_rope_head(row + int64_t(geo.n_head) * D + int64_t(kvh) * D, D, rope.k_norm != nullptr ? k_gain : nullptr,
+                       rope.eps, cs, rope.half, buf, lane, [&](int d, float v) {
+                         const uint16_t h = f32_to_half<F16>(v);
+                         rope.k_cache[slot * kv_dim + int64_t(kvh) * D + d] = h;
+                         if (own_k != nullptr) own_k[d] = h;
+                       });
       } else if (warp == 1) {
         const float* src = row + int64_t(geo.n_head) * D + kv_dim + int64_t(kvh) * D;
-        for (int d = lane; d < D; d += 32) rope.v_cache[slot * kv_dim + int64_t(kvh) * D + d] = f32_to_half<F16>(src[d]);
+        for (int d = lane; d < D; d += 32) {
+          const uint16_t h = f32_to_half<F16>(src[d]);
+          rope.v_cache[slot * kv_dim + int64_t(kvh) * D + d] = h;
+          if (own_k != nullptr) own_k[C::kKeys * C::kStride + d] = h;
+        }
       }
+    } else if (EARLY != 0 && k_end == p + 1 && own_k != nullptr) {
+      issue_if(0, [&](int pos) { return pos == p; });  // a padding slot: what the cache holds
     }
+    if constexpr (EARLY != 0) cp_async_commit();
     // The K/V stores reach L2 before any thread's cp.async below reads them
     // (the barrier orders the block's global accesses; cp.async.cg reads L2).
     __threadfence_block();
@@ -1110,14 +1142,21 @@ void launch_decode_tc(const float* q, const uint16_t* k_cache, const uint16_t* v
     launch(name, kernel, grid, dim3(C::kWarps * 32), C::kSmem, s, q, k_cache, v_cache, geo, plan.split_len, want,
            n_splits, out, part_acc, part_ml, counters, rope);
   };
-  if constexpr (ROPE)
-    go(decode_tc_kernel<D, F16, true>, "decode_tc_rope_kernel", once[0]);
-  else if (attention_early(n_splits) == 1)
+  const int early = attention_early(n_splits);
+  if constexpr (ROPE) {
+    if (early == 1)
+      go(decode_tc_kernel<D, F16, true, 1>, "decode_tc_rope_kernel", once[1]);
+    else if (early == 2)
+      go(decode_tc_kernel<D, F16, true, 2>, "decode_tc_rope_kernel", once[2]);
+    else
+      go(decode_tc_kernel<D, F16, true>, "decode_tc_rope_kernel", once[0]);
+  } else if (early == 1) {
     go(decode_tc_kernel<D, F16, false, 1>, "decode_tc_early_kernel", once[1]);
-  else if (attention_early(n_splits) == 2)
+  } else if (early == 2) {
     go(decode_tc_kernel<D, F16, false, 2>, "decode_tc_early_kernel", once[2]);
-  else
+  } else {
     go(decode_tc_kernel<D, F16, false>, "decode_tc_kernel", once[0]);
+  }
 }
 
 template <int D, bool F16>
@@ -1207,10 +1246,13 @@ void paged_attention_decode(const float* q, const half_bits* k_cache, const half
 
 }  // namespace detail
 
-// Off by default: on the H200 (ninth session) Qwen3-8B batch 1 measured
-// 4.107 ms a step at context 2048 against 4.116 unfused, but 4.085 against
-// 4.014 at context 128, and batches 8-128 1-6% slower (every block redoes
-// its query heads' norm and RoPE).
+// Off by default: on the H200 (fifteenth session, with the early key copy and
+// its gains, slot and K/V row read early) Qwen3-8B batch 1 measured 4.212 ms
+// a step at context 2048 against 4.067 unfused, 4.005 against 3.948 at
+// context 128: its blocks find no room beside the q/k/v GEMV's, so nothing
+// hides their work before the wait, where the small qkv_rope_store_kernel
+// runs beside that GEMV. Batches 8-128 were 1-6% slower (ninth session:
+// every block redoes its query heads' norm and RoPE).
 bool decode_attention_rope_enabled() {
   if (detail::attention_rope_variant() >= 0) return detail::attention_rope_variant() == 1;
   static const bool on = [] {

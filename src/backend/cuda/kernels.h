@@ -183,7 +183,7 @@ void paged_attention(const float* q, const half_bits* k_cache, const half_bits* 
 // writes the token's K/V into the caches (a negative slot skips the store, as
 // there). Same results, bit for bit. decode_attention_rope_fits says when it
 // applies; the engine takes it only with AUGUR_CUDA_ATTN_ROPE=1
-// (decode_attention_rope_enabled: off by default, slower at short contexts
+// (decode_attention_rope_enabled: off by default, slower at every context
 // and in batches). Arguments as the two ops'.
 bool decode_attention_rope_enabled();
 bool decode_attention_rope_fits(int64_t n_head, int64_t n_head_kv, int64_t head_dim, const AttnMeta& meta,
