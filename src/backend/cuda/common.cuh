@@ -150,6 +150,7 @@ __device__ __forceinline__ void pdl_entry() {
 bool pdl_enabled();  // context.cu: AUGUR_CUDA_PDL != 0
 bool pdl_for(const char* name);  // context.cu: pdl_enabled() and name not in AUGUR_CUDA_NOPDL
 bool skip_kernel(const char* name);  // context.cu: AUGUR_CUDA_SKIP (profiling only)
+int carveout_percent();              // context.cu: AUGUR_CUDA_CARVEOUT, -1 unset
 void timeline_start();               // timeline.cu: AUGUR_CUDA_TIMELINE (profiling only)
 
 template <typename... Params, typename... Args>
@@ -161,11 +162,16 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, 
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = pdl_for(name) ? 1 : 0;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
+  if (const int pct = carveout_percent(); pct >= 0) {
+    attr[1].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+    attr[1].val.sharedMemCarveout = unsigned(pct);
+    cfg.numAttrs = 2;
+  }
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
   if (err != cudaSuccess) throw_cuda(err, name, __FILE__, __LINE__);
   AUGUR_LAUNCHED(name);

@@ -1,5 +1,6 @@
 // The process's CUDA state: device 0, one non-blocking stream, the cuBLASLt
 // handle and the scratch buffers the kernels share.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -125,6 +126,21 @@ bool listed(const std::string& list, const char* name) {
 bool pdl_for(const char* name) {
   static const std::string nopdl = name_list("AUGUR_CUDA_NOPDL");
   return pdl_enabled() && !listed(nopdl, name);
+}
+
+// AUGUR_CUDA_CARVEOUT=percent: each launch's preferred shared-memory
+// carveout (a launch attribute, so captured graphs keep it); unset, the
+// driver's choice. An SM's shared memory is sized when its first block starts,
+// so a block of the next kernel that PDL lets in fits beside a stream GEMV's
+// only if the GEMV's launch asked for room (fifteenth session: 100 alone, with
+// the 160 KB ring, changed nothing; an attention block's 74 KB does not fit
+// beside it in 228 KB; the 144 KB ring with 100 is untested).
+int carveout_percent() {
+  static const int pct = [] {
+    const char* e = std::getenv("AUGUR_CUDA_CARVEOUT");
+    return e == nullptr ? -1 : std::max(-1, std::min(100, std::atoi(e)));
+  }();
+  return pct;
 }
 
 // AUGUR_CUDA_SKIP=name,name,...: those kernels are not launched, for
