@@ -16,7 +16,10 @@
 // deterministic, counters left at zero for the next launch or graph replay.
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/detail.h"
@@ -424,7 +427,9 @@ struct SkinnyPlan {
 // are pipelined; default 0, never).
 // AUGUR_CUDA_STREAM (0: rows_kernel; default 1: stream_kernel for M <= 2,
 // N >= kStreamRows rows an SM and K up to 18432),
-// AUGUR_CUDA_STREAM_RING (ring KB an SM, default 160),
+// AUGUR_CUDA_STREAM_RING (ring KB an SM, default 160; AUGUR_CUDA_STREAM_RING_AT
+// =name=kb,... or name=kb+... for the GEMVs of those launch names, e.g.
+// stream_next=144),
 // AUGUR_CUDA_STREAM_ARRIVE (0: one arrival a warp; default 1: a thread) and
 // AUGUR_CUDA_STREAM_INTERLEAVE (0: a block's rows are one slab; default 1:
 // every SMs-th row).
@@ -448,6 +453,28 @@ const Tuning& tuning() {
     return r;
   }();
   return t;
+}
+
+// The ring KB of the stream GEMV launched as `name`: AUGUR_CUDA_STREAM_RING_AT's
+// entry for it, else tuning()'s.
+int stream_ring_kb(const char* name) {
+  static const std::vector<std::pair<std::string, int>> at = [] {
+    std::vector<std::pair<std::string, int>> v;
+    const char* e = std::getenv("AUGUR_CUDA_STREAM_RING_AT");
+    std::string list = e == nullptr ? "" : e;
+    for (size_t b = 0; b < list.size();) {
+      size_t end = list.find_first_of(",+", b);  // + too: decode_ab.sh splits its settings at commas
+      if (end == std::string::npos) end = list.size();
+      const std::string item = list.substr(b, end - b);
+      const size_t eq = item.find('=');
+      if (eq != std::string::npos) v.emplace_back(item.substr(0, eq), std::clamp(std::atoi(item.c_str() + eq + 1), 32, 224));
+      b = end + 1;
+    }
+    return v;
+  }();
+  for (const auto& [n, kb] : at)
+    if (n == name) return kb;
+  return tuning().stream_ring_kb;
 }
 
 // The stream kernel for M <= 2 (MR = 1 or 2) and K <= kStreamMaxChunks stages'
@@ -519,7 +546,7 @@ void run_stream(const StreamGemv& q, Stream s, int sm_count, bool interleave) {
   const int stash = swiglu ? int(ceil_div(units, int64_t(grid))) : 0;
   // The ring gives way to a large stash (few SMs, wide SwiGLU).
   const size_t header = q.M == 1 ? stream_header_bytes<1>(16, stash) : stream_header_bytes<2>(16, stash);
-  const int slots = std::min(std::max(2, int(size_t(tu.stream_ring_kb) * 1024 / stage)),
+  const int slots = std::min(std::max(2, int(size_t(stream_ring_kb(q.name)) * 1024 / stage)),
                              int((size_t(kStreamMaxSmem) - header) / stage));
   if (slots < 2) fail("[cuda] stream GEMV: SwiGLU with N ", q.N, " on ", grid, " SMs needs too much shared memory");
   const StreamLaunch l{q, slots, grid, tu.stream_thread_arrive, interleave, stash};
