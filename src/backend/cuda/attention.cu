@@ -34,9 +34,11 @@
 #include <algorithm>
 #include <bit>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <type_traits>
+#include <vector>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/detail.h"
@@ -696,6 +698,29 @@ __global__ void __launch_bounds__(PrefillCfg<D>::kThreads, PrefillCfg<D>::kMinBl
   }
 }
 
+// Built with -DAUGUR_ATTN_STAMPS (a measurement, never by default): each
+// decode_tc_kernel block writes %globaltimer at its start, after the PDL
+// wait, with q ready, after its keys, before and after its end; the last 8
+// launches' stamps are printed at exit (attention_stamps_dump).
+#ifdef AUGUR_ATTN_STAMPS
+constexpr int kStampLaunches = 8, kStampBlocks = 512, kStampEvents = 6;
+__device__ unsigned long long g_stamps[kStampLaunches][kStampBlocks][kStampEvents];
+__device__ unsigned int g_stamp_launch;
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+#define AUGUR_STAMP(e)                                                                                      \
+  do {                                                                                                      \
+    if (threadIdx.x == 0 && stamp_block < kStampBlocks) g_stamps[stamp_call % kStampLaunches][stamp_block][e] = global_ns(); \
+  } while (0)
+#else
+#define AUGUR_STAMP(e) \
+  do {                 \
+  } while (0)
+#endif
+
 // ---- flash-decoding on tensor cores -------------------------------------------
 
 // The G <= 16 query heads of one KV head and token are the rows of one
@@ -761,12 +786,19 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
                                                         const uint16_t* __restrict__ v_cache, Geometry geo,
                                                         int min_len, int want, int n_splits, float* __restrict__ out,
                                                         float* __restrict__ part_acc, float2* __restrict__ part_ml,
-                                                        int* __restrict__ counters, RopeArgs rope) {
+                                                        int* __restrict__ counters, RopeArgs rope, bool ahead) {
   using C = DecodeTcCfg<D>;
   extern __shared__ __align__(16) unsigned char smem[];
   uint16_t* qs = reinterpret_cast<uint16_t*>(smem);  // [16][kStride], pre-scaled, caches' type
   uint16_t* kv = qs + 16 * C::kStride;               // per-warp rings, later the block's end
   const int split = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z;
+#ifdef AUGUR_ATTN_STAMPS
+  const unsigned stamp_call = *const_cast<volatile unsigned*>(&g_stamp_launch);
+  const unsigned stamp_block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  if (threadIdx.x == 0 && stamp_block < kStampBlocks)
+    for (int e = 0; e < kStampEvents; ++e) g_stamps[stamp_call % kStampLaunches][stamp_block][e] = 0;
+#endif
+  AUGUR_STAMP(0);
   const int G = geo.group, h0 = kvh * G;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tq = lane & 3;
@@ -810,11 +842,16 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
     for (int u = t - 1; u >= 0 && geo.token_row[u] == row; --u) --fresh_from;
     issue_if(0, [&](int pos) { return pos < fresh_from || pos >= k_end; });
     cp_async_commit();
+    // AHEAD (not with ROPE: its scratch is warp 0's second slot): stage 1's
+    // cached keys too, in the ring's other slot.
+    if (!ROPE && ahead && n_stages > 1) issue_if(1, [&](int pos) { return pos < fresh_from || pos >= k_end; });
+    cp_async_commit();
   }
   {
     constexpr int kLines = D * 2 >= 128 ? D * 2 / 128 : 1;
-    const int first = EARLY != 0 ? C::kStage : 0;  // EARLY: stage 0 is in flight already
-    const int n_keys = max(0, min(k_end - k_begin - first, C::kStage));
+    // The first stage not in flight already; AHEAD: the next two.
+    const int first = EARLY == 0 ? 0 : (!ROPE && ahead ? 2 : 1) * C::kStage;
+    const int n_keys = max(0, min(k_end - k_begin - first, (ahead ? 2 : 1) * C::kStage));
     for (int i = tid; i < n_keys * kLines; i += blockDim.x) {
       const size_t off =
           size_t(slot_of(bt, k_begin + first + i / kLines, geo)) * row_stride + size_t(kvh) * D + (i % kLines) * 64;
@@ -843,8 +880,10 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
     slot = rope.slot_mapping[t];
   }
   pdl_entry();
-  if constexpr (EARLY != 0 && !ROPE) {  // the new keys of stage 0, in flight beside q's load
+  AUGUR_STAMP(1);
+  if constexpr (EARLY != 0 && !ROPE) {  // the new keys of stage 0 (AHEAD: and 1), in flight beside q's load
     issue_if(0, [&](int pos) { return pos >= fresh_from && pos < k_end; });
+    if (ahead && n_stages > 1) issue_if(1, [&](int pos) { return pos >= fresh_from && pos < k_end; });
     cp_async_commit();
   }
 
@@ -909,6 +948,7 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
     }
   }
   __syncthreads();
+  AUGUR_STAMP(2);
 
   // Rows g (fragment elements 0, 1) and g + 8 (2, 3) of the 16.
   float o[D / 8][4];
@@ -920,10 +960,36 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
     issue(0);
     cp_async_commit();
   }
-  for (int st = 0; st < n_stages; ++st) {
-    if (st + 1 < n_stages) issue(st + 1);
+  // AHEAD (EARLY only): stages 0 and 1 are in flight before the loop, and
+  // stage st + 2 is issued once stage st is multiplied, into its slot: one
+  // round trip exposed a split, not one a stage (the loop below issues a
+  // stage only when the one before it has arrived). Groups so far: stage 0's
+  // cached keys, stage 1's, then the new keys (ROPE: the own key's group,
+  // then stage 1 as a whole, issued here once the RoPE scratch is done).
+  const bool two_ahead = EARLY != 0 && ahead;
+  if (ROPE && two_ahead) {
+    if (n_stages > 1) issue(1);
     cp_async_commit();
-    cp_async_wait<1>();  // every group but the newest (EARLY: stage 0 is two)
+  }
+  // Stage 0 needs every group but the newest (stage 1) where its keys are
+  // all cached (ROPE: every group but stage 1's), else all of them.
+  const bool new0 = fresh_from < min(k_end, k_begin + C::kStage);
+  for (int st = 0; st < n_stages; ++st) {
+    if (two_ahead) {
+      if (st > 0) {
+        cp_async_wait<1>();  // all but stage st + 1's
+      } else if (ROPE) {
+        cp_async_wait<1>();
+      } else if (new0) {
+        cp_async_wait<0>();
+      } else {
+        cp_async_wait<2>();  // stage 0's cached keys: not stage 1's nor the (empty here) new keys'
+      }
+    } else {
+      if (st + 1 < n_stages) issue(st + 1);
+      cp_async_commit();
+      cp_async_wait<1>();  // every group but the newest (EARLY: stage 0 is two)
+    }
     __syncwarp();
     const uint16_t* kb = wbuf + (st % C::kDepth) * 2 * C::kKeys * C::kStride;
     const uint16_t* vb = kb + C::kKeys * C::kStride;
@@ -984,8 +1050,13 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
       mma_16816<F16>(o[2 * dp + 1], a, b[2], b[3]);
     }
     __syncwarp();  // this stage's buffer is refilled by the next issue
+    if (two_ahead) {
+      if (st + 2 < n_stages) issue(st + 2);
+      cp_async_commit();
+    }
   }
   cp_async_wait<0>();
+  AUGUR_STAMP(3);
 
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -1005,9 +1076,14 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
     if (tq == 0) red_ml[(warp * 16 + r) * 2] = m[i], red_ml[(warp * 16 + r) * 2 + 1] = l[i];
   }
   __syncthreads();
+  AUGUR_STAMP(4);
   finish_decode<D, 16, C::kWarps, EARLY == 2>(reinterpret_cast<float*>(kv), red_acc, red_ml, geo, t, p, lo, split,
                                                split_len,
                                    n_splits, h0, G, out, part_acc, part_ml, counters);
+  AUGUR_STAMP(5);
+#ifdef AUGUR_ATTN_STAMPS
+  if (threadIdx.x == 0 && stamp_block == 0) atomicAdd(&g_stamp_launch, 1u);
+#endif
 }
 
 // ---- planning and launch ------------------------------------------------------
@@ -1120,6 +1196,48 @@ int attention_early(int n_splits) {
   return n_splits <= kMerge1Splits ? 2 : 1;
 }
 
+#ifdef AUGUR_ATTN_STAMPS
+// The last kStampLaunches launches' stamps, each relative to the launch's
+// first PDL-wait return (about when the previous kernel's writes landed), µs:
+// per event the minimum, median and maximum over the launch's blocks.
+void attention_stamps_dump() {
+  static unsigned long long h[kStampLaunches][kStampBlocks][kStampEvents];
+  unsigned calls = 0;
+  if (cudaMemcpyFromSymbol(h, g_stamps, sizeof h) != cudaSuccess ||
+      cudaMemcpyFromSymbol(&calls, g_stamp_launch, sizeof calls) != cudaSuccess) {
+    std::fprintf(stderr, "attention stamps: copy failed\n");
+    return;
+  }
+  static const char* names[kStampEvents] = {"start", "wait", "q", "keys", "reduced", "end"};
+  for (unsigned c = calls >= kStampLaunches ? calls - kStampLaunches : 0; c < calls; ++c) {
+    const auto& L = h[c % kStampLaunches];
+    unsigned long long base = ~0ull;
+    int n = 0;
+    for (int b = 0; b < kStampBlocks; ++b)
+      if (L[b][1] != 0) base = std::min(base, L[b][1]), ++n;
+    std::fprintf(stderr, "attention stamps: launch %u, %d blocks (us from the first wait's return: min/med/max)\n", c, n);
+    for (int e = 0; e < kStampEvents; ++e) {
+      std::vector<double> v;
+      for (int b = 0; b < kStampBlocks; ++b)
+        if (L[b][1] != 0 && L[b][e] != 0) v.push_back((double(L[b][e]) - double(base)) / 1e3);
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      std::fprintf(stderr, "  %-8s %8.2f %8.2f %8.2f\n", names[e], v.front(), v[v.size() / 2], v.back());
+    }
+  }
+}
+#endif
+
+// decode_tc_kernel's AHEAD (with EARLY): AUGUR_CUDA_ATTN_AHEAD (default 1).
+bool attention_ahead() {
+  if (detail::attention_ahead_variant() >= 0) return detail::attention_ahead_variant() != 0;
+  static const bool v = [] {
+    const char* e = std::getenv("AUGUR_CUDA_ATTN_AHEAD");
+    return e == nullptr || std::atoi(e) != 0;
+  }();
+  return v;
+}
+
 template <int D, bool F16, bool ROPE = false>
 void launch_decode_tc(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const Geometry& geo,
                       const DecodePlan& plan, float* out, void* workspace, Stream s, const RopeArgs& rope = {}) {
@@ -1134,13 +1252,17 @@ void launch_decode_tc(const float* q, const uint16_t* k_cache, const uint16_t* v
   float* part_acc = static_cast<float*>(workspace);
   auto* part_ml = reinterpret_cast<float2*>(part_acc + int64_t(geo.n_tokens) * geo.n_head * n_splits * D);
   int* counters = static_cast<int*>(context().attn_counters.get());
+#ifdef AUGUR_ATTN_STAMPS
+  static std::once_flag dump_once;
+  std::call_once(dump_once, [] { std::atexit(attention_stamps_dump); });
+#endif
   // A flag a kernel: the variants share one function type, so a static in
   // go would set only the first one's shared-memory limit.
   static std::once_flag once[3];
   auto go = [&](auto kernel, const char* name, std::once_flag& once) {
     set_smem(kernel, C::kSmem, once);
     launch(name, kernel, grid, dim3(C::kWarps * 32), C::kSmem, s, q, k_cache, v_cache, geo, plan.split_len, want,
-           n_splits, out, part_acc, part_ml, counters, rope);
+           n_splits, out, part_acc, part_ml, counters, rope, attention_ahead());
   };
   const int early = attention_early(n_splits);
   if constexpr (ROPE) {
@@ -1208,6 +1330,11 @@ bool use_decode(const AttnMeta& meta) {
 namespace detail {
 
 int& attention_rope_variant() {
+  static int v = -1;
+  return v;
+}
+
+int& attention_ahead_variant() {
   static int v = -1;
   return v;
 }
