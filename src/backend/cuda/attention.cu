@@ -751,6 +751,10 @@ struct DecodeTcCfg {
                                         : (kRedBytes > kMergeBytes ? kRedBytes : kMergeBytes));
   static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16, at most 256");
   static_assert(kWarps * 32 == MergeCfg<D, 16>::kThreads, "finish_decode merges with decode_kernel's block size");
+  // ROPE with AHEAD: the RoPE scratch (cos/sin, two gains, [warp][2][D])
+  // past the ring, which holds two stages before the wait.
+  static constexpr size_t kRopeScratchBytes = size_t(11) * D * 4;
+  static constexpr size_t kSmemRope = kSmem + kRopeScratchBytes;
 };
 
 // qkv_rope_store's work done by the decode attention (ROPE): every block
@@ -837,20 +841,21 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
   // Positions from `fresh_from` on are written by this step (the row's new
   // tokens: consecutive positions, consecutive in the batch, this one last).
   int fresh_from = p;
+  const bool two_ahead = EARLY != 0 && ahead;
   if constexpr (EARLY != 0) {
     const int row = geo.token_row[t];
     for (int u = t - 1; u >= 0 && geo.token_row[u] == row; --u) --fresh_from;
     issue_if(0, [&](int pos) { return pos < fresh_from || pos >= k_end; });
     cp_async_commit();
-    // AHEAD (not with ROPE: its scratch is warp 0's second slot): stage 1's
-    // cached keys too, in the ring's other slot.
-    if (!ROPE && ahead && n_stages > 1) issue_if(1, [&](int pos) { return pos < fresh_from || pos >= k_end; });
+    // AHEAD: stage 1's cached keys too, in the ring's other slot (ROPE: its
+    // scratch then lies past the ring).
+    if (ahead && n_stages > 1) issue_if(1, [&](int pos) { return pos < fresh_from || pos >= k_end; });
     cp_async_commit();
   }
   {
     constexpr int kLines = D * 2 >= 128 ? D * 2 / 128 : 1;
     // The first stage not in flight already; AHEAD: the next two.
-    const int first = EARLY == 0 ? 0 : (!ROPE && ahead ? 2 : 1) * C::kStage;
+    const int first = EARLY == 0 ? 0 : (ahead ? 2 : 1) * C::kStage;
     const int n_keys = max(0, min(k_end - k_begin - first, (ahead ? 2 : 1) * C::kStage));
     for (int i = tid; i < n_keys * kLines; i += blockDim.x) {
       const size_t off =
@@ -861,9 +866,11 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
   }
   // ROPE: [cos(half), sin(half)], q's and k's norm gains [D] each, then
   // [warp][2][D] (at most 11 D floats): in the ring until its first use; with
-  // EARLY in warp 0's second slot (stage 0 is in flight).
+  // EARLY in warp 0's second slot (stage 0 is in flight); with AHEAD past
+  // the ring (both slots are in flight).
   static_assert(11 * D * 4 <= 2 * C::kKeys * C::kStride * 2, "RoPE scratch fits a ring slot");
-  float* cs = reinterpret_cast<float*>(EARLY != 0 ? kv + 2 * C::kKeys * C::kStride : kv);
+  float* cs = reinterpret_cast<float*>(two_ahead ? smem + C::kSmem
+                                                 : reinterpret_cast<unsigned char*>(EARLY != 0 ? kv + 2 * C::kKeys * C::kStride : kv));
   float* q_gain = cs + 2 * rope.half;
   float* k_gain = q_gain + D;
   int64_t slot = -1;
@@ -908,11 +915,15 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
       }
       __syncwarp();
     }
-    // EARLY: the token's K row in stage 0's ring when it falls there (V's
-    // follows it), written directly; else the loop loads it from the cache.
+    // EARLY: the token's K row in stage 0's ring when it falls there (AHEAD:
+    // stage 0's or 1's; V's follows it), written directly; else the loop
+    // loads it from the cache.
     const int at = p - k_begin;
-    uint16_t* own_k =
-        EARLY != 0 && at < C::kStage ? kv + (at / C::kKeys) * C::kWarpBuf + (at % C::kKeys) * C::kStride : nullptr;
+    const int at_stage = at / C::kStage;
+    uint16_t* own_k = EARLY != 0 && at_stage < (two_ahead ? 2 : 1)
+                          ? kv + ((at % C::kStage) / C::kKeys) * C::kWarpBuf +
+                                at_stage * 2 * C::kKeys * C::kStride + (at % C::kKeys) * C::kStride
+                          : nullptr;
     if (own) {
       if (warp == 0) {
         norm_rope_head(row + int64_t(geo.n_head) * D + int64_t(kvh) * D, D, rope.k_norm != nullptr ? k_gain : nullptr,
@@ -930,7 +941,7 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
         }
       }
     } else if (EARLY != 0 && k_end == p + 1 && own_k != nullptr) {
-      issue_if(0, [&](int pos) { return pos == p; });  // a padding slot: what the cache holds
+      issue_if(at_stage, [&](int pos) { return pos == p; });  // a padding slot: what the cache holds
     }
     if constexpr (EARLY != 0) cp_async_commit();
     // The K/V stores reach L2 before any thread's cp.async below reads them
@@ -964,13 +975,8 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
   // stage st + 2 is issued once stage st is multiplied, into its slot: one
   // round trip exposed a split, not one a stage (the loop below issues a
   // stage only when the one before it has arrived). Groups so far: stage 0's
-  // cached keys, stage 1's, then the new keys (ROPE: the own key's group,
-  // then stage 1 as a whole, issued here once the RoPE scratch is done).
-  const bool two_ahead = EARLY != 0 && ahead;
-  if (ROPE && two_ahead) {
-    if (n_stages > 1) issue(1);
-    cp_async_commit();
-  }
+  // cached keys, stage 1's, then the new keys (ROPE: the own key's, when its
+  // slot is a padding one).
   // Stage 0 needs every group but the newest (stage 1) where its keys are
   // all cached (ROPE: every group but stage 1's), else all of them.
   const bool new0 = fresh_from < min(k_end, k_begin + C::kStage);
@@ -978,9 +984,7 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
     if (two_ahead) {
       if (st > 0) {
         cp_async_wait<1>();  // all but stage st + 1's
-      } else if (ROPE) {
-        cp_async_wait<1>();
-      } else if (new0) {
+      } else if (ROPE || new0) {  // ROPE: the own key's group may be stage 1's
         cp_async_wait<0>();
       } else {
         cp_async_wait<2>();  // stage 0's cached keys: not stage 1's nor the (empty here) new keys'
@@ -1228,14 +1232,18 @@ void attention_stamps_dump() {
 }
 #endif
 
-// decode_tc_kernel's AHEAD (with EARLY): AUGUR_CUDA_ATTN_AHEAD (default 1).
-bool attention_ahead() {
+// decode_tc_kernel's AHEAD (with EARLY) for the plain (rope false) or fused
+// RoPE kernel: detail::attention_ahead_variant() if set (tests), else
+// AUGUR_CUDA_ATTN_AHEAD: unset or 0 off, 1 both, 2 the fused kernel only.
+// Off by default: the plain kernel's blocks start ~1.5 us before their wait
+// returns, and the second stage's copies delay it (sixteenth session).
+bool attention_ahead(bool rope) {
   if (detail::attention_ahead_variant() >= 0) return detail::attention_ahead_variant() != 0;
-  static const bool v = [] {
+  static const int v = [] {
     const char* e = std::getenv("AUGUR_CUDA_ATTN_AHEAD");
-    return e == nullptr || std::atoi(e) != 0;
+    return e == nullptr ? 0 : std::atoi(e);
   }();
-  return v;
+  return v == 1 || (v == 2 && rope);
 }
 
 template <int D, bool F16, bool ROPE = false>
@@ -1259,12 +1267,14 @@ void launch_decode_tc(const float* q, const uint16_t* k_cache, const uint16_t* v
   // A flag a kernel: the variants share one function type, so a static in
   // go would set only the first one's shared-memory limit.
   static std::once_flag once[3];
-  auto go = [&](auto kernel, const char* name, std::once_flag& once) {
-    set_smem(kernel, C::kSmem, once);
-    launch(name, kernel, grid, dim3(C::kWarps * 32), C::kSmem, s, q, k_cache, v_cache, geo, plan.split_len, want,
-           n_splits, out, part_acc, part_ml, counters, rope, attention_ahead());
-  };
   const int early = attention_early(n_splits);
+  const bool ahead = early != 0 && attention_ahead(ROPE);
+  auto go = [&](auto kernel, const char* name, std::once_flag& once) {
+    const size_t smem = ROPE && ahead ? C::kSmemRope : C::kSmem;
+    set_smem(kernel, ROPE ? C::kSmemRope : C::kSmem, once);
+    launch(name, kernel, grid, dim3(C::kWarps * 32), smem, s, q, k_cache, v_cache, geo, plan.split_len, want,
+           n_splits, out, part_acc, part_ml, counters, rope, ahead);
+  };
   if constexpr (ROPE) {
     if (early == 1)
       go(decode_tc_kernel<D, F16, true, 1>, "decode_tc_rope_kernel", once[1]);
