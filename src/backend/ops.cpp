@@ -475,7 +475,8 @@ void qkv_rope_store(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_nor
 bool qkv_rope_attention(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps, const BatchView& b,
                         const Tensor& inv_freq, const KvLayer& cache, float scale, int32_t window, const Tensor& out,
                         const Tensor& workspace) {
-  if (!on_cuda(qkv) || b.device == nullptr || out.ndim() != 3 || !cuda::decode_attention_rope_enabled()) return false;
+  if (!on_cuda(qkv) || b.device == nullptr || out.ndim() != 3 || !cuda::decode_attention_rope_enabled(out.dim(0)))
+    return false;
   const int64_t T = out.dim(0), n_head = out.dim(1), head_dim = out.dim(2), n_head_kv = cache.k.dim(2);
   const cuda::AttnMeta meta = attn_meta("qkv_rope_attention", b, T);
   if (!cuda::decode_attention_rope_fits(n_head, n_head_kv, head_dim, meta, false)) return false;

@@ -260,13 +260,16 @@ TEST_F(CudaFused, DecodeAttentionRopeEqualsUnfused) {
     const std::vector<float> a = out_a.download();
     // Each variant of the fused kernel, from the old cache: without the
     // early key copy, with it (the token's own K/V put into stage 0
-    // directly), and with the one-trip merge.
+    // directly), and with the one-trip merge; the early ones with stages
+    // issued one and two ahead (7 tokens: 6-stage splits at 2047).
     struct Reset {
-      ~Reset() { detail::attention_early_variant() = -1; }
+      ~Reset() { detail::attention_early_variant() = -1, detail::attention_ahead_variant() = -1; }
     } reset;
-    for (int early : {0, 1, 2}) {
-      SCOPED_TRACE(testing::Message() << "early " << early);
+    for (int variant : {0, 10, 11, 20, 21}) {
+      const int early = variant / 10;
+      SCOPED_TRACE(testing::Message() << "early " << early << " ahead " << variant % 10);
       detail::attention_early_variant() = early;
+      detail::attention_ahead_variant() = variant % 10;
       kb.upload(cache0), vb.upload(cache0), out_b.poison();
       decode_attention_rope(dqkv.get(), qg, kg, 1e-6f, dfreq.get(), c.half, kb.get(), vb.get(), bs, c.n_head,
                             c.n_head_kv, D, meta, scale, c.window, out_b.get(), ws.get(), stream(), kv);
@@ -305,7 +308,9 @@ TEST_F(CudaFused, DecodeAttentionEarlyEqualsDefault) {
   const std::vector<std::vector<Row>> batches = {
       {{97, 3}, {2045, 1}, {0, 1}, {63, 2}},                                               // 7 tokens
       {{5, 1}, {64, 1}, {127, 1}, {128, 1}, {300, 1}, {1000, 1}, {1500, 1}, {2000, 1}, {2047, 1}},  // 9 rows
-      {{6000, 1}}};  // one row past 4,096 keys: ~34 splits, more than the one-trip merge takes
+      {{6000, 1}},   // one row past 4,096 keys: ~34 splits, more than the one-trip merge takes
+      {{1500, 1}, {1501, 1}, {1502, 1}, {1503, 1}, {1504, 1}, {1505, 1}, {1506, 1}, {1507, 1}, {1508, 1},
+       {1509, 1}, {1510, 1}, {1511, 2}}};  // 12 rows: 4 splits of 384 keys, 6 stages each
   const int64_t bs = 16;
   struct Case {
     int64_t n_head, n_head_kv, head_dim;
@@ -355,10 +360,12 @@ TEST_F(CudaFused, DecodeAttentionEarlyEqualsDefault) {
       const float scale = 1.0f / std::sqrt(float(D));
       std::vector<std::vector<float>> outs;
       struct Reset {  // a failure must not leave the variant set for later tests
-        ~Reset() { detail::attention_early_variant() = -1; }
+        ~Reset() { detail::attention_early_variant() = -1, detail::attention_ahead_variant() = -1; }
       } reset;
-      for (int early : {0, 1, 2}) {
-        detail::attention_early_variant() = early;
+      // early 0, then 1 and 2 with the stages issued one (x0) and two (x1) ahead.
+      for (int variant : {0, 10, 11, 20, 21}) {
+        detail::attention_early_variant() = variant / 10;
+        detail::attention_ahead_variant() = variant % 10;
         Buf<uint16_t> kc(cache0), vc(cache0);
         Buf<float> out(size_t(T * c.n_head * D));
         out.poison();

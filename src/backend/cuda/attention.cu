@@ -754,6 +754,10 @@ struct DecodeTcCfg {
                                         : (kRedBytes > kMergeBytes ? kRedBytes : kMergeBytes));
   static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16, at most 256");
   static_assert(kWarps * 32 == MergeCfg<D, 16>::kThreads, "finish_decode merges with decode_kernel's block size");
+  // ROPE with AHEAD: the RoPE scratch (cos/sin, two gains, [warp][2][D])
+  // past the ring, which holds two stages before the wait.
+  static constexpr size_t kRopeScratchBytes = size_t(11) * D * 4;
+  static constexpr size_t kSmemRope = kSmem + kRopeScratchBytes;
 };
 
 // qkv_rope_store's work done by the decode attention (ROPE): every block
@@ -789,7 +793,7 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
                                                         const uint16_t* __restrict__ v_cache, Geometry geo,
                                                         int min_len, int want, int n_splits, float* __restrict__ out,
                                                         float* __restrict__ part_acc, float2* __restrict__ part_ml,
-                                                        int* __restrict__ counters, RopeArgs rope) {
+                                                        int* __restrict__ counters, RopeArgs rope, bool ahead) {
   using C = DecodeTcCfg<D>;
   extern __shared__ __align__(16) unsigned char smem[];
   uint16_t* qs = reinterpret_cast<uint16_t*>(smem);  // [16][kStride], pre-scaled, caches' type
@@ -840,16 +844,22 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
   // Positions from `fresh_from` on are written by this step (the row's new
   // tokens: consecutive positions, consecutive in the batch, this one last).
   int fresh_from = p;
+  const bool two_ahead = EARLY != 0 && ahead;
   if constexpr (EARLY != 0) {
     const int row = geo.token_row[t];
     for (int u = t - 1; u >= 0 && geo.token_row[u] == row; --u) --fresh_from;
     issue_if(0, [&](int pos) { return pos < fresh_from || pos >= k_end; });
     cp_async_commit();
+    // AHEAD: stage 1's cached keys too, in the ring's other slot (ROPE: its
+    // scratch then lies past the ring).
+    if (ahead && n_stages > 1) issue_if(1, [&](int pos) { return pos < fresh_from || pos >= k_end; });
+    cp_async_commit();
   }
   {
     constexpr int kLines = D * 2 >= 128 ? D * 2 / 128 : 1;
-    const int first = EARLY != 0 ? C::kStage : 0;  // EARLY: stage 0 is in flight already
-    const int n_keys = max(0, min(k_end - k_begin - first, C::kStage));
+    // The first stage not in flight already; AHEAD: the next two.
+    const int first = EARLY == 0 ? 0 : (ahead ? 2 : 1) * C::kStage;
+    const int n_keys = max(0, min(k_end - k_begin - first, (ahead ? 2 : 1) * C::kStage));
     for (int i = tid; i < n_keys * kLines; i += blockDim.x) {
       const size_t off =
           size_t(slot_of(bt, k_begin + first + i / kLines, geo)) * row_stride + size_t(kvh) * D + (i % kLines) * 64;
@@ -859,9 +869,11 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
   }
   // ROPE: [cos(half), sin(half)], q's and k's norm gains [D] each, then
   // [warp][2][D] (at most 11 D floats): in the ring until its first use; with
-  // EARLY in warp 0's second slot (stage 0 is in flight).
+  // EARLY in warp 0's second slot (stage 0 is in flight); with AHEAD past
+  // the ring (both slots are in flight).
   static_assert(11 * D * 4 <= 2 * C::kKeys * C::kStride * 2, "RoPE scratch fits a ring slot");
-  float* cs = reinterpret_cast<float*>(EARLY != 0 ? kv + 2 * C::kKeys * C::kStride : kv);
+  float* cs = reinterpret_cast<float*>(two_ahead ? smem + C::kSmem
+                                                 : reinterpret_cast<unsigned char*>(EARLY != 0 ? kv + 2 * C::kKeys * C::kStride : kv));
   float* q_gain = cs + 2 * rope.half;
   float* k_gain = q_gain + D;
   int64_t slot = -1;
@@ -879,8 +891,9 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
   }
   pdl_entry();
   AUGUR_STAMP(1);
-  if constexpr (EARLY != 0 && !ROPE) {  // the new keys of stage 0, in flight beside q's load
+  if constexpr (EARLY != 0 && !ROPE) {  // the new keys of stage 0 (AHEAD: and 1), in flight beside q's load
     issue_if(0, [&](int pos) { return pos >= fresh_from && pos < k_end; });
+    if (ahead && n_stages > 1) issue_if(1, [&](int pos) { return pos >= fresh_from && pos < k_end; });
     cp_async_commit();
   }
 
@@ -905,11 +918,15 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
       }
       __syncwarp();
     }
-    // EARLY: the token's K row in stage 0's ring when it falls there (V's
-    // follows it), written directly; else the loop loads it from the cache.
+    // EARLY: the token's K row in stage 0's ring when it falls there (AHEAD:
+    // stage 0's or 1's; V's follows it), written directly; else the loop
+    // loads it from the cache.
     const int at = p - k_begin;
-    uint16_t* own_k =
-        EARLY != 0 && at < C::kStage ? kv + (at / C::kKeys) * C::kWarpBuf + (at % C::kKeys) * C::kStride : nullptr;
+    const int at_stage = at / C::kStage;
+    uint16_t* own_k = EARLY != 0 && at_stage < (two_ahead ? 2 : 1)
+                          ? kv + ((at % C::kStage) / C::kKeys) * C::kWarpBuf +
+                                at_stage * 2 * C::kKeys * C::kStride + (at % C::kKeys) * C::kStride
+                          : nullptr;
     if (own) {
       if (warp == 0) {
         norm_rope_head(row + int64_t(geo.n_head) * D + int64_t(kvh) * D, D, rope.k_norm != nullptr ? k_gain : nullptr,
@@ -927,7 +944,7 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
         }
       }
     } else if (EARLY != 0 && k_end == p + 1 && own_k != nullptr) {
-      issue_if(0, [&](int pos) { return pos == p; });  // a padding slot: what the cache holds
+      issue_if(at_stage, [&](int pos) { return pos == p; });  // a padding slot: what the cache holds
     }
     if constexpr (EARLY != 0) cp_async_commit();
     // The K/V stores reach L2 before any thread's cp.async below reads them
@@ -957,10 +974,29 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
     issue(0);
     cp_async_commit();
   }
+  // AHEAD (EARLY only): stages 0 and 1 are in flight before the loop, and
+  // stage st + 2 is issued once stage st is multiplied, into its slot: one
+  // round trip exposed a split, not one a stage (the loop below issues a
+  // stage only when the one before it has arrived). Groups so far: stage 0's
+  // cached keys, stage 1's, then the new keys (ROPE: the own key's, when its
+  // slot is a padding one).
+  // Stage 0 needs every group but the newest (stage 1) where its keys are
+  // all cached (ROPE: every group but stage 1's), else all of them.
+  const bool new0 = fresh_from < min(k_end, k_begin + C::kStage);
   for (int st = 0; st < n_stages; ++st) {
-    if (st + 1 < n_stages) issue(st + 1);
-    cp_async_commit();
-    cp_async_wait<1>();  // every group but the newest (EARLY: stage 0 is two)
+    if (two_ahead) {
+      if (st > 0) {
+        cp_async_wait<1>();  // all but stage st + 1's
+      } else if (ROPE || new0) {  // ROPE: the own key's group may be stage 1's
+        cp_async_wait<0>();
+      } else {
+        cp_async_wait<2>();  // stage 0's cached keys: not stage 1's nor the (empty here) new keys'
+      }
+    } else {
+      if (st + 1 < n_stages) issue(st + 1);
+      cp_async_commit();
+      cp_async_wait<1>();  // every group but the newest (EARLY: stage 0 is two)
+    }
     __syncwarp();
     const uint16_t* kb = wbuf + (st % C::kDepth) * 2 * C::kKeys * C::kStride;
     const uint16_t* vb = kb + C::kKeys * C::kStride;
@@ -1021,6 +1057,10 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
       mma_16816<F16>(o[2 * dp + 1], a, b[2], b[3]);
     }
     __syncwarp();  // this stage's buffer is refilled by the next issue
+    if (two_ahead) {
+      if (st + 2 < n_stages) issue(st + 2);
+      cp_async_commit();
+    }
   }
   cp_async_wait<0>();
   AUGUR_STAMP(3);
@@ -1197,6 +1237,23 @@ void attention_stamps_dump() {
 }
 #endif
 
+// decode_tc_kernel's AHEAD (with EARLY) for the plain (rope false) or fused
+// RoPE kernel: detail::attention_ahead_variant() if set (tests), else
+// AUGUR_CUDA_ATTN_AHEAD: 0 off, 1 both, 2 (default) the fused kernel only.
+// Not the plain kernel: its blocks start ~1.5 us before their wait returns,
+// and the second stage's copies delay it (sixteenth session). The fused
+// kernel's blocks sit beside the q/k/v GEMV's from its start: two stages
+// before the wait took 4.110 -> 4.081 ms a step at context 2048
+// (seventeenth session).
+bool attention_ahead(bool rope) {
+  if (detail::attention_ahead_variant() >= 0) return detail::attention_ahead_variant() != 0;
+  static const int v = [] {
+    const char* e = std::getenv("AUGUR_CUDA_ATTN_AHEAD");
+    return e == nullptr ? 2 : std::atoi(e);
+  }();
+  return v == 1 || (v == 2 && rope);
+}
+
 template <int D, bool F16, bool ROPE = false>
 void launch_decode_tc(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const Geometry& geo,
                       const DecodePlan& plan, float* out, void* workspace, Stream s, const RopeArgs& rope = {}) {
@@ -1218,12 +1275,14 @@ void launch_decode_tc(const float* q, const uint16_t* k_cache, const uint16_t* v
   // A flag a kernel: the variants share one function type, so a static in
   // go would set only the first one's shared-memory limit.
   static std::once_flag once[3];
-  auto go = [&](auto kernel, const char* name, std::once_flag& once) {
-    set_smem(kernel, C::kSmem, once);
-    launch(name, kernel, grid, dim3(C::kWarps * 32), C::kSmem, s, q, k_cache, v_cache, geo, plan.split_len, want,
-           n_splits, out, part_acc, part_ml, counters, rope);
-  };
   const int early = attention_early(n_splits);
+  const bool ahead = early != 0 && attention_ahead(ROPE);
+  auto go = [&](auto kernel, const char* name, std::once_flag& once) {
+    const size_t smem = ROPE && ahead ? C::kSmemRope : C::kSmem;
+    set_smem(kernel, ROPE ? C::kSmemRope : C::kSmem, once);
+    launch(name, kernel, grid, dim3(C::kWarps * 32), smem, s, q, k_cache, v_cache, geo, plan.split_len, want,
+           n_splits, out, part_acc, part_ml, counters, rope, ahead);
+  };
   if constexpr (ROPE) {
     if (early == 1)
       go(decode_tc_kernel<D, F16, true, 1>, "decode_tc_rope_kernel", once[1]);
@@ -1293,6 +1352,11 @@ int& attention_rope_variant() {
   return v;
 }
 
+int& attention_ahead_variant() {
+  static int v = -1;
+  return v;
+}
+
 int& attention_early_variant() {
   static int v = -1;
   return v;
@@ -1327,20 +1391,25 @@ void paged_attention_decode(const float* q, const half_bits* k_cache, const half
 
 }  // namespace detail
 
-// Off by default: on the H200 (fifteenth session, with the early key copy and
-// its gains, slot and K/V row read early) Qwen3-8B batch 1 measured 4.212 ms
-// a step at context 2048 against 4.067 unfused, 4.005 against 3.948 at
-// context 128: its blocks find no room beside the q/k/v GEMV's, so nothing
-// hides their work before the wait, where the small qkv_rope_store_kernel
-// runs beside that GEMV. Batches 8-128 were 1-6% slower (ninth session:
-// every block redoes its query heads' norm and RoPE).
-bool decode_attention_rope_enabled() {
+// On by default up to kRopeFusedRows rows: with the q/k/v GEMV's ring at
+// 144 KB and the carveout at 100% (gemv.cu, context.cu) its blocks are
+// resident beside that GEMV's from its start, so their gains, slots and
+// first two stages of keys load while the weights stream. Qwen3-8B batch 1
+// on the H200 (seventeenth session, against the unfused default): 3.912
+// against 3.960-3.969 ms a step at context 128, 4.081 against 4.085 at 2048,
+// 4.263 against 4.303 at 4096. Without the room beside the GEMV it was slower
+// everywhere (fifteenth session), and batches 8-128 were 1-6% slower (ninth
+// session: every block redoes its query heads' norm and RoPE; batch 8 and
+// 32 measured even in the sixteenth). AUGUR_CUDA_ATTN_ROPE=0: never, 1: at
+// every batch.
+constexpr int64_t kRopeFusedRows = 8;
+bool decode_attention_rope_enabled(int64_t n_tokens) {
   if (detail::attention_rope_variant() >= 0) return detail::attention_rope_variant() == 1;
-  static const bool on = [] {
+  static const int v = [] {
     const char* e = std::getenv("AUGUR_CUDA_ATTN_ROPE");
-    return e != nullptr && std::strcmp(e, "0") != 0;
+    return e == nullptr ? -1 : std::atoi(e) != 0;
   }();
-  return on;
+  return v < 0 ? n_tokens <= kRopeFusedRows : v == 1;
 }
 
 bool decode_attention_rope_fits(int64_t n_head, int64_t n_head_kv, int64_t head_dim, const AttnMeta& meta,

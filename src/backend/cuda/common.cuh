@@ -150,7 +150,7 @@ __device__ __forceinline__ void pdl_entry() {
 bool pdl_enabled();  // context.cu: AUGUR_CUDA_PDL != 0
 bool pdl_for(const char* name);  // context.cu: pdl_enabled() and name not in AUGUR_CUDA_NOPDL
 bool skip_kernel(const char* name);  // context.cu: AUGUR_CUDA_SKIP (profiling only)
-int carveout_percent();              // context.cu: AUGUR_CUDA_CARVEOUT, -1 unset
+int carveout_percent();              // context.cu: AUGUR_CUDA_CARVEOUT (default 100), -1 none
 void timeline_start();               // timeline.cu: AUGUR_CUDA_TIMELINE (profiling only)
 
 template <typename... Params, typename... Args>

@@ -83,6 +83,7 @@ int& attention_rope_variant();
 // -1 (default) AUGUR_CUDA_ATTN_EARLY or by the split count, 0 off, 1 on, 2
 // on with the split merge's loads at once.
 int& attention_early_variant();
+int& attention_ahead_variant();  // decode_tc_kernel AHEAD for tests: -1 env/default, 0 off, 1 on
 
 // cuBLASLt on x already in bf16 (xb: [M, K] contiguous). algo < 0: the best
 // heuristic result (cached per shape); otherwise the algo-th heuristic result.

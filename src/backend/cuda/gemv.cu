@@ -456,12 +456,15 @@ const Tuning& tuning() {
 }
 
 // The ring KB of the stream GEMV launched as `name`: AUGUR_CUDA_STREAM_RING_AT's
-// entry for it, else tuning()'s.
+// entry for it (default stream_next=144), else tuning()'s. The q/k/v GEMV
+// (stream_next, the tail's last) leaves 84 KB an SM beside its block, where
+// the fused RoPE decode attention's blocks (80 KB at head_dim 128) start
+// with it (attention.cu, decode_attention_rope_enabled).
 int stream_ring_kb(const char* name) {
   static const std::vector<std::pair<std::string, int>> at = [] {
     std::vector<std::pair<std::string, int>> v;
     const char* e = std::getenv("AUGUR_CUDA_STREAM_RING_AT");
-    std::string list = e == nullptr ? "" : e;
+    std::string list = e == nullptr ? "stream_next=144" : e;
     for (size_t b = 0; b < list.size();) {
       size_t end = list.find_first_of(",+", b);  // + too: decode_ab.sh splits its settings at commas
       if (end == std::string::npos) end = list.size();

@@ -182,10 +182,10 @@ void paged_attention(const float* q, const half_bits* k_cache, const half_bits* 
 // query heads from qkv, and the block whose split holds the token's position
 // writes the token's K/V into the caches (a negative slot skips the store, as
 // there). Same results, bit for bit. decode_attention_rope_fits says when it
-// applies; the engine takes it only with AUGUR_CUDA_ATTN_ROPE=1
-// (decode_attention_rope_enabled: off by default, slower at every context
-// and in batches). Arguments as the two ops'.
-bool decode_attention_rope_enabled();
+// applies; decode_attention_rope_enabled whether the engine takes it for a
+// batch of n_tokens (AUGUR_CUDA_ATTN_ROPE; by default up to 8 rows).
+// Arguments as the two ops'.
+bool decode_attention_rope_enabled(int64_t n_tokens);
 bool decode_attention_rope_fits(int64_t n_head, int64_t n_head_kv, int64_t head_dim, const AttnMeta& meta,
                                 bool gated);
 void decode_attention_rope(const float* qkv, const float* q_norm, const float* k_norm, float eps,

@@ -44,7 +44,7 @@ void paged_attention(const float*, const half_bits*, const half_bits*, int64_t, 
   no_cuda("paged_attention");
 }
 void argmax(const float*, int64_t, int64_t, int32_t*, int32_t*, Stream) { no_cuda("argmax"); }
-bool decode_attention_rope_enabled() { return false; }
+bool decode_attention_rope_enabled(int64_t) { return false; }
 bool decode_attention_rope_fits(int64_t, int64_t, int64_t, const AttnMeta&, bool) { return false; }
 void decode_attention_rope(const float*, const float*, const float*, float, const float*, int64_t, half_bits*,
                            half_bits*, int64_t, int64_t, int64_t, int64_t, const AttnMeta&, float, int32_t, float*,
