@@ -1391,18 +1391,18 @@ void paged_attention_decode(const float* q, const half_bits* k_cache, const half
 
 }  // namespace detail
 
-// On by default up to kRopeFusedRows rows: with the q/k/v GEMV's ring at
+// On by default at batch 1 (kRopeFusedRows): with the q/k/v GEMV's ring at
 // 144 KB and the carveout at 100% (gemv.cu, context.cu) its blocks are
 // resident beside that GEMV's from its start, so their gains, slots and
 // first two stages of keys load while the weights stream. Qwen3-8B batch 1
 // on the H200 (seventeenth session, against the unfused default): 3.912
-// against 3.960-3.969 ms a step at context 128, 4.081 against 4.085 at 2048,
-// 4.263 against 4.303 at 4096. Without the room beside the GEMV it was slower
-// everywhere (fifteenth session), and batches 8-128 were 1-6% slower (ninth
-// session: every block redoes its query heads' norm and RoPE; batch 8 and
-// 32 measured even in the sixteenth). AUGUR_CUDA_ATTN_ROPE=0: never, 1: at
-// every batch.
-constexpr int64_t kRopeFusedRows = 8;
+// against 3.960-3.976 ms a step at context 128, 4.081-4.085 against
+// 4.084-4.091 at 2048, 4.263 against 4.303 at 4096. Without the room beside
+// the GEMV it was slower everywhere (fifteenth session). Batch 8 took 6.35
+// ms a step with it against 5.70 without (seventeenth session), and batches
+// 8-128 were 1-6% slower in the ninth (every block redoes its query heads'
+// norm and RoPE). AUGUR_CUDA_ATTN_ROPE=0: never, 1: at every batch.
+constexpr int64_t kRopeFusedRows = 1;
 bool decode_attention_rope_enabled(int64_t n_tokens) {
   if (detail::attention_rope_variant() >= 0) return detail::attention_rope_variant() == 1;
   static const int v = [] {

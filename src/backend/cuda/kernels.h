@@ -183,7 +183,7 @@ void paged_attention(const float* q, const half_bits* k_cache, const half_bits* 
 // writes the token's K/V into the caches (a negative slot skips the store, as
 // there). Same results, bit for bit. decode_attention_rope_fits says when it
 // applies; decode_attention_rope_enabled whether the engine takes it for a
-// batch of n_tokens (AUGUR_CUDA_ATTN_ROPE; by default up to 8 rows).
+// batch of n_tokens (AUGUR_CUDA_ATTN_ROPE; by default at batch 1).
 // Arguments as the two ops'.
 bool decode_attention_rope_enabled(int64_t n_tokens);
 bool decode_attention_rope_fits(int64_t n_head, int64_t n_head_kv, int64_t head_dim, const AttnMeta& meta,
