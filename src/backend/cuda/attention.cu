@@ -16,7 +16,7 @@
 // the splits in split order and writes the output: one launch, deterministic,
 // counters left at zero for the next launch or graph replay. Grid sizes
 // depend only on sizes, never on positions: a split with no keys exits at once.
-// decode_attention_rope (AUGUR_CUDA_ATTN_ROPE=1, pure decode batches): the
+// decode_attention_rope (batch 1 by default, AUGUR_CUDA_ATTN_ROPE; pure decode batches): the
 // tensor-core decode kernel takes the q/k/v projection and does
 // qkv_rope_store's work itself (see RopeArgs).
 //
