@@ -42,6 +42,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/detail.h"
+#include "backend/cuda/stamps.cuh"
 
 namespace augur::cuda {
 namespace {
@@ -698,30 +699,12 @@ __global__ void __launch_bounds__(PrefillCfg<D>::kThreads, PrefillCfg<D>::kMinBl
   }
 }
 
-// Built with -DAUGUR_ATTN_STAMPS (a measurement, never by default): each
-// decode_tc_kernel block writes %globaltimer at its start, after the PDL
-// wait, with q ready, after its keys, before and after its end; the last 8
-// launches' stamps are printed at exit (attention_stamps_dump).
-// BUILD=build/cuda-stamps DEST=.dev/s TARGETS=augur CUDA_FLAGS=-DAUGUR_ATTN_STAMPS
-// scripts/build_cuda_bundle.sh, then on the device BIN=.dev/s.
-#ifdef AUGUR_ATTN_STAMPS
-constexpr int kStampLaunches = 8, kStampBlocks = 512, kStampEvents = 6;
-__device__ unsigned long long g_stamps[kStampLaunches][kStampBlocks][kStampEvents];
-__device__ unsigned int g_stamp_launch;
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-  return t;
-}
-#define AUGUR_STAMP(e)                                                  \
-  do {                                                                  \
-    if (threadIdx.x == 0 && stamp_block < kStampBlocks)                 \
-      g_stamps[stamp_call % kStampLaunches][stamp_block][e] = global_ns(); \
-  } while (0)
-#else
-#define AUGUR_STAMP(e) \
-  do {                 \
-  } while (0)
+// Built with -DAUGUR_STAMPS (stamps.cuh; a measurement, never by default):
+// each decode_tc_kernel block stamps its start, the PDL wait's return, q
+// ready, its keys done, reduced, and its end; the newest launches are
+// printed at exit (attention_stamps_dump).
+#ifdef AUGUR_STAMPS
+__device__ stamps::Log g_attn_stamps;
 #endif
 
 // ---- flash-decoding on tensor cores -------------------------------------------
@@ -799,13 +782,7 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
   uint16_t* qs = reinterpret_cast<uint16_t*>(smem);  // [16][kStride], pre-scaled, caches' type
   uint16_t* kv = qs + 16 * C::kStride;               // per-warp rings, later the block's end
   const int split = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z;
-#ifdef AUGUR_ATTN_STAMPS
-  const unsigned stamp_call = *const_cast<volatile unsigned*>(&g_stamp_launch);
-  const unsigned stamp_block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-  if (threadIdx.x == 0 && stamp_block < kStampBlocks)
-    for (int e = 0; e < kStampEvents; ++e) g_stamps[stamp_call % kStampLaunches][stamp_block][e] = 0;
-#endif
-  AUGUR_STAMP(0);
+  AUGUR_STAMP_BEGIN(g_attn_stamps);
   const int G = geo.group, h0 = kvh * G;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, tq = lane & 3;
@@ -890,7 +867,7 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
     slot = rope.slot_mapping[t];
   }
   pdl_entry();
-  AUGUR_STAMP(1);
+  AUGUR_STAMP(g_attn_stamps, 1);
   if constexpr (EARLY != 0 && !ROPE) {  // the new keys of stage 0 (AHEAD: and 1), in flight beside q's load
     issue_if(0, [&](int pos) { return pos >= fresh_from && pos < k_end; });
     if (ahead && n_stages > 1) issue_if(1, [&](int pos) { return pos >= fresh_from && pos < k_end; });
@@ -962,7 +939,7 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
     }
   }
   __syncthreads();
-  AUGUR_STAMP(2);
+  AUGUR_STAMP(g_attn_stamps, 2);
 
   // Rows g (fragment elements 0, 1) and g + 8 (2, 3) of the 16.
   float o[D / 8][4];
@@ -1063,7 +1040,7 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
     }
   }
   cp_async_wait<0>();
-  AUGUR_STAMP(3);
+  AUGUR_STAMP(g_attn_stamps, 3);
 
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -1083,16 +1060,11 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
     if (tq == 0) red_ml[(warp * 16 + r) * 2] = m[i], red_ml[(warp * 16 + r) * 2 + 1] = l[i];
   }
   __syncthreads();
-  AUGUR_STAMP(4);
+  AUGUR_STAMP(g_attn_stamps, 4);
   finish_decode<D, 16, C::kWarps, EARLY == 2>(reinterpret_cast<float*>(kv), red_acc, red_ml, geo, t, p, lo, split,
                                                split_len,
                                    n_splits, h0, G, out, part_acc, part_ml, counters);
-  AUGUR_STAMP(5);
-#ifdef AUGUR_ATTN_STAMPS
-  // The next launch's blocks read the count at their start: block 0 ends
-  // long after every block of this launch has started (all are resident).
-  if (threadIdx.x == 0 && stamp_block == 0) atomicAdd(&g_stamp_launch, 1u);
-#endif
+  AUGUR_STAMP(g_attn_stamps, 5);
 }
 
 // ---- planning and launch ------------------------------------------------------
@@ -1205,35 +1177,15 @@ int attention_early(int n_splits) {
   return n_splits <= kMerge1Splits ? 2 : 1;
 }
 
-#ifdef AUGUR_ATTN_STAMPS
-// The last kStampLaunches launches' stamps, each relative to the launch's
-// first PDL-wait return (about when the previous kernel's writes landed), µs:
-// per event the minimum, median and maximum over the launch's blocks.
+#ifdef AUGUR_STAMPS
 void attention_stamps_dump() {
-  static unsigned long long h[kStampLaunches][kStampBlocks][kStampEvents];
-  unsigned calls = 0;
-  if (cudaMemcpyFromSymbol(h, g_stamps, sizeof h) != cudaSuccess ||
-      cudaMemcpyFromSymbol(&calls, g_stamp_launch, sizeof calls) != cudaSuccess) {
+  static stamps::Log h;
+  if (cudaMemcpyFromSymbol(&h, g_attn_stamps, sizeof h) != cudaSuccess) {
     std::fprintf(stderr, "attention stamps: copy failed\n");
     return;
   }
-  static const char* names[kStampEvents] = {"start", "wait", "q", "keys", "reduced", "end"};
-  for (unsigned c = calls >= kStampLaunches ? calls - kStampLaunches : 0; c < calls; ++c) {
-    const auto& L = h[c % kStampLaunches];
-    unsigned long long base = ~0ull;
-    int n = 0;
-    for (int b = 0; b < kStampBlocks; ++b)
-      if (L[b][1] != 0) base = std::min(base, L[b][1]), ++n;
-    std::fprintf(stderr, "attention stamps: launch %u, %d blocks (us from the first wait's return: min/med/max)\n", c, n);
-    for (int e = 0; e < kStampEvents; ++e) {
-      std::vector<double> v;
-      for (int b = 0; b < kStampBlocks; ++b)
-        if (L[b][1] != 0 && L[b][e] != 0) v.push_back((double(L[b][e]) - double(base)) / 1e3);
-      if (v.empty()) continue;
-      std::sort(v.begin(), v.end());
-      std::fprintf(stderr, "  %-8s %8.2f %8.2f %8.2f\n", names[e], v.front(), v[v.size() / 2], v.back());
-    }
-  }
+  static const char* const names[stamps::kEvents] = {"start", "wait", "q", "keys", "reduced", "end"};
+  stamps::dump("attention", h, names, 8);
 }
 #endif
 
@@ -1268,7 +1220,7 @@ void launch_decode_tc(const float* q, const uint16_t* k_cache, const uint16_t* v
   float* part_acc = static_cast<float*>(workspace);
   auto* part_ml = reinterpret_cast<float2*>(part_acc + int64_t(geo.n_tokens) * geo.n_head * n_splits * D);
   int* counters = static_cast<int*>(context().attn_counters.get());
-#ifdef AUGUR_ATTN_STAMPS
+#ifdef AUGUR_STAMPS
   static std::once_flag dump_once;  // registered after the CUDA runtime's own exit handler: runs before it
   std::call_once(dump_once, [] { std::atexit(attention_stamps_dump); });
 #endif

@@ -16,6 +16,7 @@
 // deterministic, counters left at zero for the next launch or graph replay.
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -23,6 +24,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/detail.h"
+#include "backend/cuda/stamps.cuh"
 
 namespace augur::cuda {
 namespace {
@@ -197,6 +199,23 @@ constexpr int kStreamK = kStreamConsumers * 32 * 8;  // 2048 columns: 8 a consum
 constexpr int kStreamMaxChunks = 9;                  // K <= 18432
 constexpr int kStreamMaxSmem = 227 * 1024;           // a block's dynamic shared memory on sm_90
 
+// Built with -DAUGUR_STAMPS (stamps.cuh): each stream_kernel block stamps its
+// start, its consumers' PDL wait's return, their first stage's arrival, their
+// end, and its producer's last copy issued and first wait for a free slot
+// (the ring full); the newest launches are printed at exit.
+#ifdef AUGUR_STAMPS
+__device__ stamps::Log g_stream_stamps;
+void stream_stamps_dump() {
+  static stamps::Log h;
+  if (cudaMemcpyFromSymbol(&h, g_stream_stamps, sizeof h) != cudaSuccess) {
+    std::fprintf(stderr, "stream stamps: copy failed\n");
+    return;
+  }
+  static const char* const names[stamps::kEvents] = {"start", "wait", "first", "end", "p_last", "p_full"};
+  stamps::dump("stream", h, names, 9);
+}
+#endif
+
 template <int MR>
 constexpr size_t stream_header_bytes(int slots, int stash_units = 0) {
   return size_t(2 * slots) * sizeof(uint64_t) + size_t(2 * kStreamConsumers * kStreamRows * MR) * sizeof(float) +
@@ -219,6 +238,11 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(slots) * R * KC * sizeof(uint16_t));
   uint64_t* empty = full + slots;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  AUGUR_STAMP_BEGIN(g_stream_stamps);
+#ifdef AUGUR_STAMPS
+  __shared__ unsigned ticket;  // the producer stamps too
+  if (threadIdx.x == 0) ticket = stamp_ticket;
+#endif
   // This block's units: u(i) = base + stride * i, i < n_units: rows, or for
   // SwiGLU output columns. Group g (R units' rows) of phase p = g / n_phase
   // (SwiGLU: 0 gate rows, 1 up rows) covers units q = g % n_phase.
@@ -248,6 +272,9 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     if (lane != 0) return;
     for (int i = 0; i < n_stages; ++i) {
       const int slot = i % slots;
+#ifdef AUGUR_STAMPS
+      if (i == slots) stamps::stamp(g_stream_stamps, ticket, 5);
+#endif
       if (i >= slots) mbar_wait(&empty[slot], uint32_t(i / slots - 1) & 1u);
       const int g = i / n_chunks, k0 = i % n_chunks * KC;
       const int rows = min(R, n_units - group_unit(g)), len = min(KC, K - k0);
@@ -256,11 +283,15 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
         bulk_copy_g2s(ring + (size_t(slot) * R + r) * KC, w + row_of(g, r) * K + k0, uint32_t(len) * 2u,
                       &full[slot]);
     }
+#ifdef AUGUR_STAMPS
+    stamps::stamp(g_stream_stamps, ticket, 4);
+#endif
     return;
   }
 
   pdl_wait();
   pdl_launch_dependents();
+  AUGUR_STAMP(g_stream_stamps, 1);
   const int kt = threadIdx.x * 8;  // this thread's columns of a chunk
   float* red = reinterpret_cast<float*>(empty + slots);
   float xr[MAXC][MR][8];
@@ -331,6 +362,9 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     for (int c = 0; c < MAXC; ++c) {
       if (c >= n_chunks) break;
       mbar_wait(&full[slot], phase);
+#ifdef AUGUR_STAMPS
+      if (g == 0 && c == 0) AUGUR_STAMP(g_stream_stamps, 2);
+#endif
       if (c * KC + kt < K) {
         const uint16_t* st = ring + size_t(slot) * R * KC + kt;
         float wf[R][8];
@@ -387,6 +421,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
       }
     }
   }
+  AUGUR_STAMP(g_stream_stamps, 3);
 }
 
 // Any shape: one warp per (column n, group of 16 rows of x). Odd K, unaligned
@@ -500,6 +535,10 @@ void launch_stream(const StreamLaunch& l, Stream s) {
     granted = smem;
   }
   const StreamGemv& q = l.q;
+#ifdef AUGUR_STAMPS
+  static std::once_flag dump_once;
+  std::call_once(dump_once, [] { std::atexit(stream_stamps_dump); });
+#endif
   launch(q.name, kernel, dim3(unsigned(l.grid)), dim3(kStreamThreads), smem, s, q.x, int(q.M), int(q.K),
          q.ldx, reinterpret_cast<const uint16_t*>(q.w), int(q.N), q.y, q.ldy, l.slots, l.thread_arrive, l.interleave,
          q.g, q.eps, q.y2);
