@@ -1179,13 +1179,8 @@ int attention_early(int n_splits) {
 
 #ifdef AUGUR_STAMPS
 void attention_stamps_dump() {
-  static stamps::Log h;
-  if (cudaMemcpyFromSymbol(&h, g_attn_stamps, sizeof h) != cudaSuccess) {
-    std::fprintf(stderr, "attention stamps: copy failed\n");
-    return;
-  }
   static const char* const names[stamps::kEvents] = {"start", "wait", "q", "keys", "reduced", "end"};
-  stamps::dump("attention", h, names, 8);
+  stamps::dump_symbol("attention", g_attn_stamps, names, 8);
 }
 #endif
 

@@ -206,13 +206,8 @@ constexpr int kStreamMaxSmem = 227 * 1024;           // a block's dynamic shared
 #ifdef AUGUR_STAMPS
 __device__ stamps::Log g_stream_stamps;
 void stream_stamps_dump() {
-  static stamps::Log h;
-  if (cudaMemcpyFromSymbol(&h, g_stream_stamps, sizeof h) != cudaSuccess) {
-    std::fprintf(stderr, "stream stamps: copy failed\n");
-    return;
-  }
   static const char* const names[stamps::kEvents] = {"start", "wait", "first", "end", "p_last", "p_full"};
-  stamps::dump("stream", h, names, 9);
+  stamps::dump_symbol("stream", g_stream_stamps, names, 9);
 }
 #endif
 

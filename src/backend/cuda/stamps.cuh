@@ -14,6 +14,8 @@
 #pragma once
 
 #ifdef AUGUR_STAMPS
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <vector>
@@ -85,6 +87,16 @@ inline void dump(const char* what, const Log& log, const char* const (&names)[kE
                    v.back(), v[v.size() / 10], v[v.size() * 9 / 10]);
     }
   }
+}
+
+// Copies a kernel file's log (its own __device__ Log) and dumps it.
+inline void dump_symbol(const char* what, const Log& symbol, const char* const (&names)[kEvents], int launches) {
+  static Log h;
+  if (cudaMemcpyFromSymbol(&h, symbol, sizeof h) != cudaSuccess) {
+    std::fprintf(stderr, "%s stamps: copy failed\n", what);
+    return;
+  }
+  dump(what, h, names, launches);
 }
 
 }  // namespace augur::cuda::stamps
