@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
-#include "runtime/runner.h"
+#include "runtime/engine.h"
 
 namespace augur::cli {
 
@@ -71,61 +71,42 @@ std::vector<int32_t> random_ids(int64_t n, int64_t n_vocab, std::mt19937& rng) {
 struct DecodeFigures {
   int64_t batch, context, steps;
   double seconds, tokens_per_s, bytes_per_step, bytes_per_s;
-  double forward_seconds;  // the same number of steps without sampling (queued back to back)
 };
 
-// `batch` sequences, each prefilled with `context` tokens, decode `steps`
-// tokens together (one forward per step, greedy; on an accelerator the logits
-// stay there and only the ids come back). Then as many forwards again without
-// sampling, feeding the last ids: the forward's own time per step.
-DecodeFigures time_decode(Model& model, int64_t batch, int64_t context, int64_t steps, std::mt19937& rng) {
-  const ModelInfo& info = model.info();
-  const LogitsOn on = info.device == Device::CPU ? LogitsOn::Host : LogitsOn::Device;
-  RunnerOptions ro;
-  ro.max_cached_tokens = batch * (context + 2 * steps + 16);
-  ro.prefill_chunk = std::min<int64_t>(context, 4096);
-  ro.max_sequences = batch;
-  Runner runner(model, ro);
-  std::vector<std::unique_ptr<Sequence>> seqs;
-  std::vector<Sequence*> ptrs;
-  std::vector<int32_t> next(static_cast<size_t>(batch));
-  const std::vector<ops::SampleRow> greedy(static_cast<size_t>(batch));  // temperature 0
-  for (int64_t b = 0; b < batch; ++b) {
-    seqs.push_back(runner.new_sequence());
-    ptrs.push_back(seqs.back().get());
-    Tensor logits = runner.feed(*seqs.back(), random_ids(context, info.n_vocab, rng), false, on);
-    ops::sample(logits, std::span(greedy).first(1), std::span(next).subspan(size_t(b), 1));
-  }
-  std::vector<std::span<const int32_t>> feed(static_cast<size_t>(batch));
-  std::vector<int32_t> wants(static_cast<size_t>(batch), 1);
-  for (int64_t b = 0; b < batch; ++b) feed[size_t(b)] = {&next[size_t(b)], 1};
-  // As generate() decodes: each step is queued with the previous step's ids
-  // still on the device, then those ids are read and appended.
-  auto step_ahead = [&](ops::SampledIds& pending) {
-    ops::SampledIds following = runner.sample(runner.step_ahead(ptrs, pending.device(), on), greedy);
-    const auto ids = pending.host();
-    for (int64_t b = 0; b < batch; ++b) ptrs[size_t(b)]->append(ids.subspan(size_t(b), 1));
-    pending = std::move(following);
-  };
-  // Warm-up: first-use allocations, the decode graph's capture. Then the
-  // device drains, so the timed steps are the steps alone.
-  ops::SampledIds pending = runner.sample(runner.step(ptrs, feed, wants, on), greedy);
-  step_ahead(pending);
-  pending.host();
+// `batch` requests of `context` random prompt tokens decode greedily
+// together through the engine (on an accelerator each step is queued before
+// the last step's ids are read); after two warm-up steps (first-use
+// allocations, the decode graph's capture) the next `steps` are timed.
+DecodeFigures time_decode(std::unique_ptr<Model>& model, int64_t batch, int64_t context, int64_t steps,
+                          std::mt19937& rng) {
+  EngineOptions eo;
+  eo.max_cached_tokens = batch * (context + 2 * steps + 16);
+  eo.step_tokens = std::min<int64_t>(context, 4096);
+  eo.max_sequences = batch;
+  Engine engine(std::move(model), std::nullopt, eo);
+  const ModelInfo& info = engine.info();
+  RequestParams params;
+  params.ignore_eos = true;
+  params.max_tokens = steps + 4;
+  std::vector<RequestId> ids;
+  for (int64_t b = 0; b < batch; ++b)
+    ids.push_back(engine.submit(Prompt::of_ids(random_ids(context, info.n_vocab, rng)), params));
+  // Until every request has its first tokens: prefills, then two decode steps.
+  int64_t tokens = 0;
+  while (tokens < 3 * batch)
+    for (const Event& e : engine.step()) tokens += int64_t(e.ids.size());
+  synchronize(info.device);
   double kv_tokens = 0;
-  auto t0 = Clock::now();
+  const auto t0 = Clock::now();
   for (int64_t s = 0; s < steps; ++s) {
-    kv_tokens += double(batch) * double(seqs[0]->length() + 1);
-    step_ahead(pending);
+    kv_tokens += double(batch) * double(context + 3 + s);
+    engine.step();
   }
-  const auto last = pending.host();
-  DecodeFigures f{batch, context, steps, seconds(t0, Clock::now()), 0, 0, 0, 0};
-  std::copy(last.begin(), last.end(), next.begin());
   synchronize(info.device);
-  t0 = Clock::now();
-  for (int64_t s = 0; s < steps; ++s) runner.step(ptrs, feed, wants, on);
-  synchronize(info.device);
-  f.forward_seconds = seconds(t0, Clock::now());
+  DecodeFigures f{batch, context, steps, seconds(t0, Clock::now()), 0, 0, 0};
+  for (RequestId id : ids) engine.cancel(id);
+  while (!engine.idle()) engine.step();
+  model = engine.release();
   f.tokens_per_s = double(batch * steps) / f.seconds;
   // A step reads every weight once, plus the K/V of every row's context, and
   // reads and writes each row's recurrent state (hybrid models).
@@ -186,30 +167,32 @@ int bench(const BenchArgs& a) {
   std::vector<PrefillFigures> prefill;
   for (int64_t n : prompts) {
     std::fprintf(stderr, "prefill %lld tokens...\n", (long long)n);
-    RunnerOptions ro;
-    ro.max_cached_tokens = 2 * (n + 16);
-    ro.prefill_chunk = n;
-    ro.max_sequences = 2;
-    Runner runner(*model, ro);
+    EngineOptions eo;
+    eo.max_cached_tokens = 2 * (n + 16);
+    eo.step_tokens = n;
+    eo.max_sequences = 2;
+    Engine engine(std::move(model), std::nullopt, eo);
     const auto prompt = random_ids(n, info.n_vocab, rng);
-    runner.feed(*runner.new_sequence(), prompt);  // warm-up: allocations, kernel selection
-    auto seq = runner.new_sequence();
+    RequestParams params;
+    params.max_tokens = 1;
+    engine.run(engine.submit(Prompt::of_ids(prompt), params));  // warm-up: allocations, kernel selection
     synchronize(device);
     auto t0 = Clock::now();
-    runner.feed(*seq, prompt);
+    engine.run(engine.submit(Prompt::of_ids(prompt), params));
     const double sec = seconds(t0, Clock::now());
     prefill.push_back({n, sec, double(n) / sec, 2.0 * double(info.n_params) * double(n) / sec / 1e12});
+    model = engine.release();
   }
 
   std::vector<DecodeFigures> decode;
   for (int64_t b : batches) {
     std::fprintf(stderr, "decode: batch %lld, context %lld, %lld steps...\n", (long long)b, (long long)prompt_len,
                  (long long)a.gen);
-    decode.push_back(time_decode(*model, b, prompt_len, a.gen, rng));
+    decode.push_back(time_decode(model, b, prompt_len, a.gen, rng));
   }
   for (int64_t c : contexts) {
     std::fprintf(stderr, "decode: batch 1, context %lld, %lld steps...\n", (long long)c, (long long)a.gen);
-    decode.push_back(time_decode(*model, 1, c, a.gen, rng));
+    decode.push_back(time_decode(model, 1, c, a.gen, rng));
   }
 
   if (a.json) {
@@ -220,7 +203,6 @@ int bench(const BenchArgs& a) {
                    {"steps", f.steps},
                    {"tokens_per_s", f.tokens_per_s},
                    {"ms_per_step", 1e3 * f.seconds / double(f.steps)},
-                   {"forward_ms_per_step", 1e3 * f.forward_seconds / double(f.steps)},
                    {"bytes_per_step", f.bytes_per_step},
                    {"bytes_per_s", f.bytes_per_s},
                    {"fraction_of_copy_bandwidth", f.bytes_per_s / copy_bw}});
@@ -252,9 +234,9 @@ int bench(const BenchArgs& a) {
     std::printf("prefill          %lld tokens: %.1f tok/s (%.2f TFLOP/s)\n", (long long)p.tokens, p.tokens_per_s,
                 p.tflops);
   for (const auto& f : decode)
-    std::printf("decode           batch %lld, context %lld: %.2f tok/s, %.3f ms/step (forward alone %.3f), %.1f GB/s = %.1f%% of copy bandwidth\n",
+    std::printf("decode           batch %lld, context %lld: %.2f tok/s, %.3f ms/step, %.1f GB/s = %.1f%% of copy bandwidth\n",
                 (long long)f.batch, (long long)f.context, f.tokens_per_s, 1e3 * f.seconds / double(f.steps),
-                1e3 * f.forward_seconds / double(f.steps), f.bytes_per_s / 1e9, 100.0 * f.bytes_per_s / copy_bw);
+                f.bytes_per_s / 1e9, 100.0 * f.bytes_per_s / copy_bw);
   return 0;
 }
 

@@ -1,6 +1,6 @@
-// augur chat MODEL_DIR: an interactive conversation. The sequence state stays
-// alive between turns: each turn feeds only the tokens after the longest
-// prefix the cache already holds, instead of re-processing the conversation.
+// augur chat MODEL_DIR: an interactive conversation, one engine session: each
+// turn feeds only the tokens after the longest prefix the session already
+// holds, instead of re-processing the conversation.
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,8 +11,8 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "runtime/runner.h"
-#include "text.h"
+#include "runtime/engine.h"
+#include "sampling_options.h"
 
 namespace augur::cli {
 
@@ -32,14 +32,14 @@ struct ChatArgs {
 int chat(const ChatArgs& a) {
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
   const SamplingParams sampling = a.sampling.resolve(a.model);
-  const TextModel text = TextModel::load(a.model);
+  TextModel text = TextModel::load(a.model);
   if (!text.chat) fail("[cli] chat: ", a.model, " has no chat_template");
   const Device device = a.device.empty() ? default_device() : parse_device(a.device);
-  auto model = load_model(a.model, device);
-  RunnerOptions ro;
-  ro.max_cached_tokens = a.ctx;
-  Runner runner(*model, ro);
-  auto seq = runner.new_sequence();
+  EngineOptions eo;
+  eo.max_cached_tokens = a.ctx;
+  eo.max_sequences = 1;
+  Engine engine(load_model(a.model, device), std::move(text), eo);
+  int64_t session = engine.open_session();
   const bool tty = isatty(STDIN_FILENO);
 
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
@@ -55,46 +55,36 @@ int chat(const ChatArgs& a) {
     if (line == "/exit") break;
     if (line == "/reset") {
       messages.erase(messages.begin() + (a.system.empty() ? 0 : 1), messages.end());
-      seq = runner.new_sequence();
+      engine.close_session(session);
+      session = engine.open_session();
       continue;
     }
     if (line.empty()) continue;
     messages.push_back({{"role", "user"}, {"content", line}});
-    const std::vector<int32_t> ids = text.encode_chat(messages, true);
-
-    // Reuse the longest prefix the sequence already holds (at least one token
-    // must be fed to get the next-token logits).
-    const auto& held = seq->tokens();
-    size_t keep = 0;
-    while (keep < held.size() && keep < ids.size() && held[keep] == ids[keep]) ++keep;
-    if (keep == ids.size()) --keep;
-    if (keep < held.size()) {
-      try {
-        seq->truncate(int64_t(keep));
-      } catch (const Error&) {  // recurrent state cannot rewind without a snapshot: start over
-        seq = runner.new_sequence();
-        keep = 0;
-      }
-    }
-    if (int64_t(ids.size()) + a.max_tokens > a.ctx)
-      fail("[cli] chat: the conversation (", ids.size(), " tokens) plus --max-tokens ", a.max_tokens,
+    const Prompt prompt = Prompt::of_chat(messages);
+    const int64_t n_prompt = int64_t(engine.encode(prompt).size());
+    if (n_prompt + a.max_tokens > a.ctx)
+      fail("[cli] chat: the conversation (", n_prompt, " tokens) plus --max-tokens ", a.max_tokens,
            " exceeds --ctx ", a.ctx, "; /reset to start over");
 
-    TextSink sink(text.tokenizer, a.stops, /*print=*/true);
-    GenerateOptions go;
-    go.max_tokens = a.max_tokens;
-    go.sampling = sampling;
-    go.stop_ids = model->info().eos_ids;
-    go.on_token = [&](int32_t t) { return sink.push(t); };
-    const std::vector<int32_t> fresh(ids.begin() + long(keep), ids.end());
-    GenerateResult res = generate(runner, *seq, fresh, go);
-    sink.finish();
+    RequestParams params;
+    params.max_tokens = a.max_tokens;
+    params.sampling = sampling;
+    params.stop = a.stops;
+    params.session = session;
+    std::string reply;
+    const Event res = engine.run(engine.submit(prompt, params), [&](const Event& e) {
+      reply += e.text;
+      std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+      std::fflush(stdout);
+    });
     std::printf("\n");
     std::fflush(stdout);
-    std::fprintf(stderr, "[%zu tokens reused, %zu prefilled, %zu generated, %.1f tok/s]\n", keep,
-                 fresh.size(), res.ids.size(),
-                 res.decode_seconds > 0 ? double(res.n_decode_steps) / res.decode_seconds : 0.0);
-    messages.push_back({{"role", "assistant"}, {"content", sink.text()}});
+    const Timings& t = res.timings;
+    std::fprintf(stderr, "[%lld tokens reused, %lld prefilled, %lld generated, %.1f tok/s]\n",
+                 (long long)res.usage.cached_tokens, (long long)t.prefill_tokens,
+                 (long long)res.usage.completion_tokens, t.decode_s > 0 ? double(t.decode_tokens) / t.decode_s : 0.0);
+    messages.push_back({{"role", "assistant"}, {"content", reply}});
   }
   return 0;
 }

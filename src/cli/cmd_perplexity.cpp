@@ -13,7 +13,6 @@
 #include "core/progress.h"
 #include "core/thread_pool.h"
 #include "runtime/perplexity.h"
-#include "text.h"
 
 namespace augur::cli {
 
@@ -44,22 +43,21 @@ int perplexity_cmd(const PerplexityArgs& a) {
   if (ids.size() < 2) fail("[cli] perplexity: '", a.file, "' encodes to ", ids.size(), " tokens; need 2 or more");
 
   const Device device = a.device.empty() ? default_device() : parse_device(a.device);
-  auto model = load_model(a.model, device);
-  RunnerOptions ro;
-  ro.max_cached_tokens = a.window + 1;
-  ro.max_sequences = 1;
-  Runner runner(*model, ro);
+  EngineOptions eo;
+  eo.max_cached_tokens = a.window + 1;
+  eo.max_sequences = 1;
+  Engine engine(load_model(a.model, device), std::nullopt, eo);
   PerplexityOptions po;
   po.window = a.window;
   po.max_windows = a.max_windows;
   const int64_t n_windows = (int64_t(ids.size()) - 1 + a.window - 1) / a.window;
   Progress progress("perplexity", a.max_windows > 0 ? std::min(a.max_windows, n_windows) : n_windows);
   po.on_window = [&](int64_t done, int64_t) { progress.update(done); };
-  const PerplexityResult r = perplexity(runner, ids, po);
+  const PerplexityResult r = perplexity(engine, ids, po);
   progress.finish();
   const double tps = r.seconds > 0 ? double(r.tokens) / r.seconds : 0;
   if (a.json) {
-    nlohmann::json out = {{"model", a.model},     {"model_type", model->info().model_type},
+    nlohmann::json out = {{"model", a.model},     {"model_type", engine.info().model_type},
                           {"device", device_name(device)}, {"file", a.file},
                           {"text_tokens", ids.size()}, {"window", a.window},
                           {"windows", r.windows}, {"tokens", r.tokens},

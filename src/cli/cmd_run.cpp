@@ -10,8 +10,8 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "io/safetensors_writer.h"
-#include "runtime/runner.h"
-#include "text.h"
+#include "runtime/engine.h"
+#include "sampling_options.h"
 
 namespace augur::cli {
 
@@ -68,83 +68,91 @@ int run(const RunArgs& a) {
   const SamplingParams sampling = a.sampling.resolve(a.model);
   // No prompt: the default one, for a model with a tokenizer.
   const std::string prompt_text = given == 0 ? std::string(kDefaultPrompt) : a.prompt;
+  const bool text_prompt = a.prompt_ids.empty();
   std::optional<TextModel> text;
-  std::vector<int32_t> prompt;
-  if (!a.prompt_ids.empty()) {
-    prompt = parse_ids(a.prompt_ids, "--prompt-ids");
+  if (text_prompt) text.emplace(TextModel::load(a.model));
+  Prompt prompt;
+  if (!text_prompt) {
+    prompt = Prompt::of_ids(parse_ids(a.prompt_ids, "--prompt-ids"));
+  } else if (!prompt_text.empty()) {
+    prompt = Prompt::of_text(prompt_text);
   } else {
-    text.emplace(TextModel::load(a.model));
-    if (!prompt_text.empty()) {
-      prompt = text->encode_prompt(prompt_text);
-    } else {
-      nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-      if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
-      messages.push_back({{"role", "user"}, {"content", a.chat}});
-      prompt = text->encode_chat(messages, true);
-    }
-    if (prompt.empty()) fail("[cli] run: the prompt encodes to no tokens");
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
+    messages.push_back({{"role", "user"}, {"content", a.chat}});
+    prompt = Prompt::of_chat(messages);
   }
   if (!a.stops.empty() && !text) fail("[cli] --stop needs a text prompt (--prompt or --chat)");
   if (a.max_tokens < 0) fail("[cli] --max-tokens must be >= 0");
+  // The prompt's length sizes the cache: encode it before loading weights.
+  int64_t n_prompt = int64_t(prompt.ids.size());
+  if (text) {
+    std::vector<int32_t> ids = prompt.kind == Prompt::Kind::Text ? text->encode_prompt(prompt.text)
+                                                                 : text->encode_chat(prompt.messages, true);
+    if (ids.empty()) fail("[cli] run: the prompt encodes to no tokens");
+    n_prompt = int64_t(ids.size());
+    prompt = Prompt::of_ids(std::move(ids));
+  }
 
   const Device device = a.device.empty() ? default_device() : parse_device(a.device);
-  auto model = load_model(a.model, device);
-  const ModelInfo& info = model->info();
-  RunnerOptions ro;
-  ro.block_size = a.block_size;
-  ro.prefill_chunk = a.prefill_chunk;
-  ro.max_cached_tokens = a.ctx > 0 ? a.ctx : int64_t(prompt.size()) + a.max_tokens + 1;
-  if (int64_t(prompt.size()) + a.max_tokens > ro.max_cached_tokens)
-    fail("[cli] --ctx ", ro.max_cached_tokens, " cannot hold the prompt (", prompt.size(),
-         ") plus --max-tokens ", a.max_tokens);
-  Runner runner(*model, ro);
-  auto seq = runner.new_sequence();
+  EngineOptions eo;
+  eo.block_size = a.block_size;
+  eo.step_tokens = a.prefill_chunk;
+  eo.max_sequences = 1;
+  eo.max_cached_tokens = a.ctx > 0 ? a.ctx : n_prompt + a.max_tokens + 1;
+  if (n_prompt + a.max_tokens > eo.max_cached_tokens)
+    fail("[cli] --ctx ", eo.max_cached_tokens, " cannot hold the prompt (", n_prompt, ") plus --max-tokens ",
+         a.max_tokens);
+  Engine engine(load_model(a.model, device), std::move(text), eo);
+  const ModelInfo& info = engine.info();
 
-  GenerateOptions go;
-  go.max_tokens = a.max_tokens;
-  go.sampling = sampling;
-  if (!a.ignore_eos) go.stop_ids = info.eos_ids;
-  go.prompt_logits = !a.logits_out.empty();
-  std::optional<TextSink> sink;
-  if (text) {
-    sink.emplace(text->tokenizer, a.stops, /*print=*/!a.json);
-    go.on_token = [&](int32_t t) { return sink->push(t); };
-  } else if (!a.json) {
-    go.on_token = [](int32_t t) {
-      std::printf("%d ", t);
-      std::fflush(stdout);
-      return true;
-    };
-  }
-  GenerateResult res = generate(runner, *seq, prompt, go);
-  if (sink) sink->finish();
+  RequestParams params;
+  params.max_tokens = a.max_tokens;
+  params.sampling = sampling;
+  params.ignore_eos = a.ignore_eos;
+  params.stop = a.stops;
+  params.prompt_logits = !a.logits_out.empty();
+  std::string out_text;
+  std::vector<int32_t> ids;  // every generated id
+  const bool print_text = engine.text() != nullptr && !a.json;
+  const Event res = engine.run(engine.submit(prompt, params), [&](const Event& e) {
+    out_text += e.text;
+    ids.insert(ids.end(), e.ids.begin(), e.ids.end());
+    if (print_text) {
+      std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+    } else if (!a.json && !engine.text()) {
+      for (int32_t t : e.ids) std::printf("%d ", t);
+    }
+    std::fflush(stdout);
+  });
 
   if (!a.logits_out.empty()) write_safetensors(a.logits_out, {{"prompt_logits", res.prompt_logits}});
-  const double prefill_tps = res.prefill_seconds > 0 ? double(res.n_prompt) / res.prefill_seconds : 0;
-  const double decode_tps = res.decode_seconds > 0 ? double(res.n_decode_steps) / res.decode_seconds : 0;
+  const Timings& t = res.timings;
+  const double prefill_tps = t.prefill_s > 0 ? double(t.prefill_tokens) / t.prefill_s : 0;
+  const double decode_tps = t.decode_s > 0 ? double(t.decode_tokens) / t.decode_s : 0;
   if (a.json) {
     nlohmann::json out = {
         {"model", a.model},
         {"model_type", info.model_type},
         {"device", device_name(device)},
-        {"prompt_ids", prompt},
-        {"ids", res.ids},
-        {"finish_reason", res.finish_reason},
+        {"prompt_ids", res.prompt_ids},
+        {"ids", ids},
+        {"finish_reason", finish_reason_name(res.finish)},
         {"timings",
-         {{"prefill_tokens", res.n_prompt},
-          {"prefill_s", res.prefill_seconds},
+         {{"prefill_tokens", t.prefill_tokens},
+          {"prefill_s", t.prefill_s},
           {"prefill_tokens_per_s", prefill_tps},
-          {"decode_tokens", res.n_decode_steps},
-          {"decode_s", res.decode_seconds},
+          {"decode_tokens", t.decode_tokens},
+          {"decode_s", t.decode_s},
           {"decode_tokens_per_s", decode_tps}}}};
-    if (sink) out["text"] = sink->text();
+    if (engine.text()) out["text"] = out_text;
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf("\n");
     std::fflush(stdout);
     std::fprintf(stderr, "prefill: %lld tokens, %.1f tok/s | decode: %lld tokens, %.1f tok/s | %s\n",
-                 (long long)res.n_prompt, prefill_tps, (long long)res.n_decode_steps, decode_tps,
-                 res.finish_reason.c_str());
+                 (long long)t.prefill_tokens, prefill_tps, (long long)t.decode_tokens, decode_tps,
+                 finish_reason_name(res.finish));
   }
   return 0;
 }

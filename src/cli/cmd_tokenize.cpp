@@ -7,7 +7,7 @@
 
 #include "commands.h"
 #include "core/error.h"
-#include "text.h"
+#include "runtime/text_model.h"
 
 namespace augur::cli {
 

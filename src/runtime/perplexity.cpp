@@ -8,13 +8,13 @@
 
 namespace augur {
 
-PerplexityResult perplexity(Runner& runner, std::span<const int32_t> ids, const PerplexityOptions& opts) {
+PerplexityResult perplexity(Engine& engine, std::span<const int32_t> ids, const PerplexityOptions& opts) {
   if (opts.window < 1) fail("[perplexity] window must be at least 1 token");
   if (ids.size() < 2) fail("[perplexity] the text has ", ids.size(), " tokens; at least 2 are needed");
   const int64_t n = int64_t(ids.size());
   int64_t total = (n - 1 + opts.window - 1) / opts.window;
   if (opts.max_windows > 0) total = std::min(total, opts.max_windows);
-  const int64_t n_vocab = runner.model().info().n_vocab;
+  const int64_t n_vocab = engine.info().n_vocab;
   for (int32_t id : ids)
     if (id < 0 || id >= n_vocab) fail("[perplexity] token id ", id, " is outside the vocabulary (", n_vocab, ")");
 
@@ -25,8 +25,11 @@ PerplexityResult perplexity(Runner& runner, std::span<const int32_t> ids, const 
     const int64_t begin = w * opts.window;
     const int64_t end = std::min(n, begin + opts.window + 1);  // ids [begin, end)
     const std::span<const int32_t> input = ids.subspan(size_t(begin), size_t(end - begin - 1));
-    auto seq = runner.new_sequence();
-    const Tensor logits = runner.feed(*seq, input, /*all_logits=*/true);  // [len, n_vocab] f32, host
+    RequestParams params;
+    params.max_tokens = 0;
+    params.prompt_logits = true;
+    const Event done = engine.run(engine.submit(Prompt::of_ids({input.begin(), input.end()}), params));
+    const Tensor& logits = done.prompt_logits;  // [len, n_vocab] f32, host
     const float* L = logits.data<float>();
     for (int64_t t = 0; t < int64_t(input.size()); ++t) {
       const float* row = L + t * n_vocab;

@@ -13,7 +13,7 @@
 #include <span>
 #include <vector>
 
-#include "runtime/runner.h"
+#include "runtime/engine.h"
 
 namespace augur {
 
@@ -33,7 +33,7 @@ struct PerplexityOptions {
   std::function<void(int64_t done, int64_t total)> on_window;
 };
 
-// The runner must hold window + 1 tokens for one sequence.
-PerplexityResult perplexity(Runner& runner, std::span<const int32_t> ids, const PerplexityOptions& opts);
+// Each window is one request of the engine, which must hold window + 1 tokens.
+PerplexityResult perplexity(Engine& engine, std::span<const int32_t> ids, const PerplexityOptions& opts);
 
 }  // namespace augur

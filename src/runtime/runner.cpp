@@ -1,6 +1,5 @@
 #include "runtime/runner.h"
 
-#include <chrono>
 #include <cstring>
 
 #include "backend/device.h"
@@ -8,13 +7,6 @@
 
 namespace augur {
 
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
 
 Runner::Runner(Model& model, const RunnerOptions& opts)
     : model_(&model),
@@ -118,78 +110,6 @@ Tensor Runner::feed(Sequence& seq, std::span<const int32_t> tokens, bool all_log
     }
   }
   return out;
-}
-
-GenerateResult generate(Runner& runner, Sequence& seq, std::span<const int32_t> prompt,
-                        const GenerateOptions& opts) {
-  if (prompt.empty()) fail("[generate] the prompt is empty");
-  if (opts.max_tokens < 0) fail("[generate] max_tokens must be >= 0");
-  GenerateResult res;
-  res.n_prompt = int64_t(prompt.size());
-  Sampler sampler(opts.sampling);
-  const int64_t n_vocab = runner.model().info().n_vocab;
-  const std::vector<int32_t> prompt_ids(prompt.begin(), prompt.end());
-
-  // On an accelerator the logits stay there and are sampled there (only the
-  // token id crosses to the host), except the prompt's when they are kept.
-  const ModelInfo& info = runner.model().info();
-  const LogitsOn on = info.device != Device::CPU ? LogitsOn::Device : LogitsOn::Host;
-  // There, without penalties (which need the last token on the host), each
-  // step is queued before the previous step's token is read: the GPU never
-  // waits for the host. A stop token's step then has run already, and is
-  // dropped, which only a model without recurrent state can do.
-  const SamplingParams& sp = opts.sampling;
-  const bool ahead = on == LogitsOn::Device && info.recurrent.n_layer == 0 && sp.repetition_penalty == 1.0f &&
-                     sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f;
-  std::vector<float> row;
-  std::vector<ops::PenaltyEntry> penalties;
-  // One token from next-token logits [1, n_vocab], wherever they are.
-  auto draw = [&](const Tensor& next) {
-    if (next.device() == Device::CPU) {
-      row.assign(next.data<float>(), next.data<float>() + n_vocab);
-      const int32_t id = sampler.sample(row, prompt_ids, res.ids);
-      return ops::SampledIds::on_host({&id, 1});
-    }
-    penalties.clear();
-    const ops::SampleRow r = sampler.device_row(0, int32_t(n_vocab), prompt_ids, res.ids, penalties);
-    ops::apply_penalties(next, penalties);
-    return runner.sample(next, {&r, 1});
-  };
-
-  auto t0 = std::chrono::steady_clock::now();
-  Tensor logits = runner.feed(seq, prompt, opts.prompt_logits, opts.prompt_logits ? LogitsOn::Host : on);
-  res.prefill_seconds = seconds_since(t0);
-  if (opts.prompt_logits) res.prompt_logits = logits;
-  res.finish_reason = "length";
-  t0 = std::chrono::steady_clock::now();
-  if (opts.max_tokens == 0) return res;
-  // The next-token logits: the last row either way.
-  ops::SampledIds pending = draw(logits.slice_rows(logits.dim(0) - 1, logits.dim(0)));
-  Sequence* const seqs[] = {&seq};
-  ops::SampledIds following;  // (a dropped step is waited for after the clock stops)
-  for (;;) {
-    const bool more = int64_t(res.ids.size()) + 1 < opts.max_tokens;
-    if (ahead && more) following = draw(runner.step_ahead(seqs, pending.device(), on));
-    const int32_t tok = pending.host()[0];
-    res.ids.push_back(tok);
-    bool stop = false;
-    for (int32_t s : opts.stop_ids) stop |= (s == tok);
-    if (opts.on_token && !opts.on_token(tok)) stop = true;
-    if (stop) {
-      res.finish_reason = "stop";
-      break;
-    }
-    if (!more) break;
-    ++res.n_decode_steps;
-    if (ahead) {
-      seq.append({&tok, 1});
-      pending = std::move(following);
-    } else {
-      pending = draw(runner.feed(seq, {&tok, 1}, false, on));
-    }
-  }
-  res.decode_seconds = seconds_since(t0);
-  return res;
 }
 
 }  // namespace augur

@@ -1,9 +1,8 @@
-// A model with its KV cache and block pool: runs forwards over sequences, and
-// generation on top.
+// A model with its KV cache and block pool: runs forwards over sequences.
+// Requests, sampling and text are the engine's (runtime/engine.h).
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -75,29 +74,5 @@ class Runner {
   Tensor device_logits_;  // LogitsOn::Device steps write here (grown on demand)
   Tensor device_ids_;     // sample() leaves ids here (grown on demand)
 };
-
-struct GenerateOptions {
-  int64_t max_tokens = 16;
-  SamplingParams sampling;
-  std::vector<int32_t> stop_ids;     // generation ends after emitting one of these
-  bool prompt_logits = false;        // keep the logits at every prompt position
-  // Called with each new token; returning false stops generation.
-  std::function<bool(int32_t)> on_token;
-};
-
-struct GenerateResult {
-  std::vector<int32_t> ids;          // generated tokens
-  Tensor prompt_logits;              // [n_prompt, n_vocab] when asked for
-  std::string finish_reason;         // "length" | "stop"
-  int64_t n_prompt = 0;
-  int64_t n_decode_steps = 0;        // forwards after the prompt
-  double prefill_seconds = 0;
-  double decode_seconds = 0;
-};
-
-// Feeds `prompt` into `seq` (which may already hold a prefix) and samples up
-// to max_tokens tokens.
-GenerateResult generate(Runner& runner, Sequence& seq, std::span<const int32_t> prompt,
-                        const GenerateOptions& opts);
 
 }  // namespace augur

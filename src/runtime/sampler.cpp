@@ -76,66 +76,17 @@ ops::SampleRow Sampler::device_row(int32_t row, int32_t n_vocab, std::span<const
 
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt,
                         std::span<const int32_t> generated) {
+  // The host draw is the device draw on CPU logits: one sampling path.
   const int32_t n_vocab = int32_t(logits.size());
-  // RepetitionPenaltyLogitsProcessor: divide positive logits, multiply negative ones.
-  if (p_.repetition_penalty != 1.0f) {
-    auto penalize = [&](int32_t t) {
-      float& l = logits[size_t(t)];
-      l = l > 0 ? l / p_.repetition_penalty : l * p_.repetition_penalty;
-    };
-    counts_.assign(size_t(n_vocab), 0);
-    for (auto span : {prompt, generated})
-      for (int32_t t : span)
-        if (t >= 0 && t < n_vocab && counts_[size_t(t)]++ == 0) penalize(t);
-  }
-  if (p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) {
-    counts_.assign(size_t(n_vocab), 0);
-    for (int32_t t : generated)
-      if (t >= 0 && t < n_vocab) ++counts_[size_t(t)];
-    for (int32_t t = 0; t < n_vocab; ++t)
-      if (counts_[size_t(t)] > 0)
-        logits[size_t(t)] -= p_.presence_penalty + p_.frequency_penalty * float(counts_[size_t(t)]);
-  }
-  if (p_.temperature == 0.0f) return argmax(logits);
-
-  // Candidates sorted by logit; top-k keeps a prefix.
-  const int32_t k = p_.top_k > 0 ? std::min(p_.top_k, n_vocab) : n_vocab;
-  cand_ = top_k(logits, k);
-  // Softmax of logits / temperature over the candidates.
-  const float inv_t = 1.0f / p_.temperature;
-  const float mx = cand_[0].first * inv_t;
-  double sum = 0;
-  for (auto& c : cand_) {
-    c.first = std::exp(c.first * inv_t - mx);
-    sum += c.first;
-  }
-  for (auto& c : cand_) c.first = float(c.first / sum);
-  // TopPLogitsWarper: keep the smallest prefix whose mass reaches top_p (at least one).
-  if (p_.top_p < 1.0f) {
-    double mass = 0;
-    size_t keep = 0;
-    while (keep < cand_.size()) {
-      mass += cand_[keep].first;
-      ++keep;
-      if (mass >= p_.top_p) break;
-    }
-    cand_.resize(keep);
-  }
-  // MinPLogitsWarper: drop tokens below min_p times the top probability.
-  if (p_.min_p > 0.0f) {
-    const float floor = p_.min_p * cand_[0].first;
-    size_t keep = 1;
-    while (keep < cand_.size() && cand_[keep].first >= floor) ++keep;
-    cand_.resize(keep);
-  }
-  double total = 0;
-  for (const auto& c : cand_) total += c.first;
-  double r = uniform() * total;
-  for (const auto& c : cand_) {
-    r -= c.first;
-    if (r < 0) return c.second;
-  }
-  return cand_.back().second;
+  std::vector<ops::PenaltyEntry> penalties;
+  const ops::SampleRow row = device_row(0, n_vocab, prompt, generated, penalties);
+  Tensor t = Tensor::empty(DType::F32, {1, int64_t(n_vocab)});
+  std::copy(logits.begin(), logits.end(), t.data<float>());
+  ops::apply_penalties(t, penalties);
+  std::copy(t.data<float>(), t.data<float>() + n_vocab, logits.begin());
+  int32_t id = 0;
+  ops::sample(t, {&row, 1}, {&id, 1});
+  return id;
 }
 
 }  // namespace augur

@@ -1,6 +1,8 @@
 // Turns a row of logits into a token: penalties, then temperature, top-k,
 // top-p, min-p (the order of transformers' logits processors), then a draw.
-// Temperature 0 is greedy. Same seed, same output.
+// Temperature 0 is greedy. Same seed, same output. The Sampler holds a
+// request's parameters and random stream; the draw itself is ops::sample on
+// whichever device holds the logits.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +37,8 @@ std::vector<std::pair<float, int32_t>> top_k(std::span<const float> logits, int3
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& p);
-  // logits: [n_vocab], modified in place. prompt/generated: the row's history.
+  // logits: [n_vocab] on the host, penalised in place. prompt/generated: the
+  // row's history. device_row, apply_penalties and ops::sample on the host.
   int32_t sample(std::span<float> logits, std::span<const int32_t> prompt,
                  std::span<const int32_t> generated);
   const SamplingParams& params() const { return p_; }
@@ -51,8 +54,6 @@ class Sampler {
   double uniform();  // [0, 1)
   SamplingParams p_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> cand_;
-  std::vector<int32_t> counts_;
 };
 
 }  // namespace augur

@@ -77,6 +77,9 @@ class Sequence {
   // With recurrent state, `length` must be the current length or that of the
   // last capture()/restore(); anything else is an error (restore a snapshot).
   void truncate(int64_t length);
+  // The length of the last capture()/restore() (-1: none): with recurrent
+  // state, the one length below the current one that truncate() reaches.
+  int64_t marked_length() const { return mark_length_; }
 
   SequenceSnapshot capture() const;
   void restore(const SequenceSnapshot& snap);

@@ -28,7 +28,11 @@ double nll_of(const Tensor& logits, int32_t target) {
 class PerplexityTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PerplexityTest, WindowsMatchTokenByTokenDecode) {
-  auto model = load_model(kData + "/" + GetParam());
+  EngineOptions eo;
+  eo.max_cached_tokens = 64;
+  eo.max_sequences = 2;
+  Engine engine(load_model(kData + "/" + GetParam()), std::nullopt, eo);
+  Model* model = &engine.model();
   const int32_t V = int32_t(model->info().n_vocab);
   std::mt19937 rng(7);
   std::vector<int32_t> ids(38);
@@ -38,7 +42,6 @@ TEST_P(PerplexityTest, WindowsMatchTokenByTokenDecode) {
   RunnerOptions ro;
   ro.max_cached_tokens = 64;
   ro.max_sequences = 2;
-  Runner runner(*model, ro);
   PerplexityOptions po;
   po.window = W;
   po.keep_token_nll = true;
@@ -47,7 +50,7 @@ TEST_P(PerplexityTest, WindowsMatchTokenByTokenDecode) {
     EXPECT_EQ(done, ++seen);
     EXPECT_EQ(total, 4);
   };
-  const PerplexityResult r = perplexity(runner, ids, po);
+  const PerplexityResult r = perplexity(engine, ids, po);
   ASSERT_EQ(r.windows, 4);
   ASSERT_EQ(r.tokens, 37);
   ASSERT_EQ(r.token_nll.size(), 37u);
@@ -73,7 +76,7 @@ TEST_P(PerplexityTest, WindowsMatchTokenByTokenDecode) {
 
   po.max_windows = 2;
   po.on_window = nullptr;
-  const PerplexityResult two = perplexity(runner, ids, po);
+  const PerplexityResult two = perplexity(engine, ids, po);
   EXPECT_EQ(two.windows, 2);
   EXPECT_EQ(two.tokens, 20);
   for (size_t i = 0; i < 20; ++i) EXPECT_EQ(two.token_nll[i], r.token_nll[i]);
@@ -82,16 +85,16 @@ TEST_P(PerplexityTest, WindowsMatchTokenByTokenDecode) {
 INSTANTIATE_TEST_SUITE_P(Families, PerplexityTest, ::testing::Values("qwen3", "qwen3_5"));
 
 TEST(PerplexityErrors, RejectsShortTextAndForeignIds) {
-  auto model = load_model(kData + "/qwen3");
-  Runner runner(*model, {});
+  Engine engine(load_model(kData + "/qwen3"), std::nullopt, {});
+  Model* model = &engine.model();
   const std::vector<int32_t> one = {5};
-  EXPECT_THROW(perplexity(runner, one, {}), Error);
+  EXPECT_THROW(perplexity(engine, one, {}), Error);
   const std::vector<int32_t> bad = {5, int32_t(model->info().n_vocab)};
-  EXPECT_THROW(perplexity(runner, bad, {}), Error);
+  EXPECT_THROW(perplexity(engine, bad, {}), Error);
   PerplexityOptions po;
   po.window = 0;
   const std::vector<int32_t> ok = {5, 6, 7};
-  EXPECT_THROW(perplexity(runner, ok, po), Error);
+  EXPECT_THROW(perplexity(engine, ok, po), Error);
 }
 
 }  // namespace

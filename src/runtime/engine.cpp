@@ -1,0 +1,479 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "backend/device.h"
+#include "core/error.h"
+#include "tokenizer/stream.h"
+
+namespace augur {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+bool has_penalties(const SamplingParams& p) {
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+}
+
+}  // namespace
+
+Prompt Prompt::of_ids(std::vector<int32_t> ids) {
+  Prompt p;
+  p.kind = Kind::Ids;
+  p.ids = std::move(ids);
+  return p;
+}
+
+Prompt Prompt::of_text(std::string text) {
+  Prompt p;
+  p.kind = Kind::Text;
+  p.text = std::move(text);
+  return p;
+}
+
+Prompt Prompt::of_chat(nlohmann::ordered_json messages, bool add_generation_prompt) {
+  Prompt p;
+  p.kind = Kind::Chat;
+  p.messages = std::move(messages);
+  p.add_generation_prompt = add_generation_prompt;
+  return p;
+}
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+  }
+  return "?";
+}
+
+// A sequence kept between the requests of one conversation.
+struct Engine::Session {
+  std::unique_ptr<Sequence> seq;
+  bool busy = false;  // a live request is using it
+};
+
+// One request in flight.
+struct Engine::Live {
+  RequestId id = 0;
+  RequestParams params;
+  std::vector<int32_t> prompt;    // every prompt id
+  std::unique_ptr<Sequence> own;  // without a session
+  Session* session = nullptr;
+  Sequence* seq = nullptr;
+  size_t fed = 0;                 // prompt ids in the sequence
+  int64_t cached = 0;             // of those, held before the request
+  Sampler sampler;
+  std::vector<int32_t> stop_ids;
+  std::vector<int32_t> generated;
+  int32_t pending = -1;           // sampled, not yet fed
+  std::optional<StreamDecoder> decoder;
+  std::optional<StopMatcher> stopper;
+  Tensor prompt_logits;
+  bool done = false;
+  bool cancelled = false;
+  bool started = false;
+  Clock::time_point t_start, t_first, t_last;
+  Event event;                    // what this step settled for it
+
+  explicit Live(const SamplingParams& p) : sampler(p) {}
+  bool prefilling() const { return fed < prompt.size(); }
+};
+
+// A forward whose sampled ids are still on their way to the host.
+struct Engine::Inflight {
+  std::vector<RequestId> rows;     // the sampled rows' requests, in order
+  ops::SampledIds ids;
+  Tensor host_logits;              // the sampled rows' logits when on the host (logprobs)
+};
+
+Engine::Engine(std::unique_ptr<Model> model, std::optional<TextModel> text, const EngineOptions& opts)
+    : model_(std::move(model)), text_(std::move(text)), opts_(opts) {
+  if (!model_) fail("[engine] no model");
+  if (opts.step_tokens <= 0) fail("[engine] step_tokens must be positive");
+  RunnerOptions ro;
+  ro.max_cached_tokens = opts.max_cached_tokens;
+  ro.block_size = opts.block_size;
+  ro.prefill_chunk = opts.step_tokens;
+  ro.max_sequences = opts.max_sequences;
+  runner_ = std::make_unique<Runner>(*model_, ro);
+}
+
+Engine::~Engine() {
+  // Sequences go back to the runner's pools before the runner goes.
+  inflight_.reset();
+  live_.clear();
+  sessions_.clear();
+}
+
+std::unique_ptr<Model> Engine::release() {
+  inflight_.reset();
+  live_.clear();
+  sessions_.clear();
+  runner_.reset();
+  return std::move(model_);
+}
+
+std::vector<int32_t> Engine::encode(const Prompt& prompt) const {
+  switch (prompt.kind) {
+    case Prompt::Kind::Ids: return prompt.ids;
+    case Prompt::Kind::Text:
+      if (!text_) fail("[engine] a text prompt needs the checkpoint's tokenizer");
+      return text_->encode_prompt(prompt.text);
+    case Prompt::Kind::Chat:
+      if (!text_) fail("[engine] chat messages need the checkpoint's tokenizer");
+      return text_->encode_chat(prompt.messages, prompt.add_generation_prompt);
+  }
+  return {};
+}
+
+int64_t Engine::open_session() {
+  const int64_t s = next_session_++;
+  sessions_[s] = std::make_unique<Session>();
+  return s;
+}
+
+void Engine::close_session(int64_t session) {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) fail("[engine] no session ", session);
+  if (it->second->busy) fail("[engine] session ", session, " has a request in flight");
+  sessions_.erase(it);
+}
+
+RequestId Engine::submit(const Prompt& prompt, const RequestParams& params) {
+  validate(params.sampling);
+  if (params.max_tokens < 0) fail("[engine] max_tokens must be >= 0, got ", params.max_tokens);
+  if (!params.stop.empty() && !text_) fail("[engine] stop strings need the checkpoint's tokenizer");
+  if (params.logprobs > 20) fail("[engine] logprobs must be at most 20, got ", params.logprobs);
+  std::vector<int32_t> ids = encode(prompt);
+  if (ids.empty()) fail("[engine] the prompt is empty");
+  const int64_t n_vocab = info().n_vocab;
+  for (int32_t t : ids)
+    if (t < 0 || t >= n_vocab) fail("[engine] prompt token id ", t, " is outside the vocabulary [0, ", n_vocab, ")");
+
+  auto r = std::make_unique<Live>(params.sampling);
+  r->id = next_id_++;
+  r->params = params;
+  r->prompt = std::move(ids);
+  if (!params.ignore_eos) r->stop_ids = info().eos_ids;
+  r->stop_ids.insert(r->stop_ids.end(), params.stop_ids.begin(), params.stop_ids.end());
+  if (text_) {
+    r->decoder.emplace(text_->tokenizer, /*skip_special=*/true);
+    r->stopper.emplace(params.stop);
+  }
+  if (params.session >= 0) {
+    auto it = sessions_.find(params.session);
+    if (it == sessions_.end()) fail("[engine] no session ", params.session);
+    Session& s = *it->second;
+    if (s.busy) fail("[engine] session ", params.session, " has a request in flight");
+    if (!s.seq) s.seq = runner_->new_sequence();
+    // Keep the longest prefix the session holds (at least one id is fed, for
+    // the next-token logits). Recurrent state rewinds only to its last
+    // capture (taken at the end of each prompt): further back starts over.
+    const auto& held = s.seq->tokens();
+    size_t keep = 0;
+    while (keep < held.size() && keep < r->prompt.size() && held[keep] == r->prompt[keep]) ++keep;
+    if (keep == r->prompt.size()) --keep;
+    if (keep < held.size() && s.seq->state_slot() >= 0) {
+      const int64_t mark = s.seq->marked_length();
+      keep = mark >= 0 && size_t(mark) <= keep ? size_t(mark) : 0;
+    }
+    if (keep == 0) {
+      s.seq.reset();
+      s.seq = runner_->new_sequence();
+    } else if (keep < held.size()) {
+      s.seq->truncate(int64_t(keep));
+    }
+    s.busy = true;
+    r->session = &s;
+    r->seq = s.seq.get();
+    r->fed = keep;
+    r->cached = int64_t(keep);
+  } else {
+    r->own = runner_->new_sequence();
+    r->seq = r->own.get();
+  }
+  if (params.prompt_logits)
+    r->prompt_logits = Tensor::empty(DType::F32, {int64_t(r->prompt.size() - r->fed), n_vocab});
+  const RequestId id = r->id;
+  live_[id] = std::move(r);
+  return id;
+}
+
+void Engine::cancel(RequestId id) {
+  auto it = live_.find(id);
+  if (it != live_.end()) it->second->cancelled = true;
+}
+
+bool Engine::idle() const { return live_.empty() && !inflight_; }
+
+void Engine::finish(Live& r, FinishReason why, std::vector<Event>& out) {
+  if (r.done) return;
+  r.done = true;
+  Event& e = r.event;
+  e.id = r.id;
+  if (r.stopper && !r.stopper->stopped()) {
+    e.text += r.stopper->feed(r.decoder->flush()).text;
+    if (!r.stopper->stopped()) e.text += r.stopper->flush();
+  }
+  e.done = true;
+  e.finish = why;
+  e.usage = {int64_t(r.prompt.size()), int64_t(r.generated.size()), r.cached};
+  const Clock::time_point now = Clock::now();
+  if (!r.started) r.t_start = now;
+  if (r.generated.empty()) r.t_first = r.t_last = now;
+  e.timings.prefill_s = seconds(r.t_start, r.t_first);
+  e.timings.decode_s = seconds(r.t_first, r.t_last);
+  e.timings.prefill_tokens = int64_t(r.prompt.size()) - r.cached;
+  e.timings.decode_tokens = std::max<int64_t>(int64_t(r.generated.size()) - 1, 0);
+  e.prompt_ids = r.prompt;
+  e.prompt_logits = r.prompt_logits;
+  out.push_back(std::move(e));
+  r.event = Event();
+  if (r.session) r.session->busy = false;
+}
+
+void Engine::accept(Live& r, int32_t token, const float* logits_row, std::vector<Event>& out) {
+  r.t_last = Clock::now();
+  if (r.generated.empty()) r.t_first = r.t_last;
+  r.generated.push_back(token);
+  Event& e = r.event;
+  e.id = r.id;
+  e.ids.push_back(token);
+  if (r.params.logprobs >= 0 && logits_row) {
+    const int64_t n_vocab = info().n_vocab;
+    const std::span<const float> row(logits_row, size_t(n_vocab));
+    const float mx = *std::max_element(row.begin(), row.end());
+    double z = 0;
+    for (float l : row) z += std::exp(double(l) - double(mx));
+    const float lse = float(std::log(z)) + mx;
+    TokenLogprob lp;
+    lp.id = token;
+    lp.logprob = row[size_t(token)] - lse;
+    for (const auto& [l, id] : top_k(row, r.params.logprobs)) lp.top.emplace_back(id, l - lse);
+    e.logprobs.push_back(std::move(lp));
+  }
+  bool stopped = false;
+  if (r.stopper) {
+    const StopMatcher::Result t = r.stopper->feed(r.decoder->push(token));
+    e.text += t.text;
+    stopped = t.stopped;
+  }
+  for (int32_t s : r.stop_ids) stopped |= (s == token);
+  if (stopped)
+    finish(r, FinishReason::Stop, out);
+  else if (int64_t(r.generated.size()) >= r.params.max_tokens)
+    finish(r, FinishReason::Length, out);
+}
+
+// Whether the next decode step may be queued before the ids of the one in
+// flight are read: on an accelerator, every live request decoding in the
+// forward in flight and wanting more tokens after it, with nothing that
+// needs the last token on the host first (penalties, logprobs). A request
+// that then stops at one of those ids has had one step too many run: its
+// sequence never records it, which only a model without recurrent state
+// can afford.
+bool Engine::can_chain() const {
+  if (!inflight_ || info().device == Device::CPU || info().recurrent.n_layer > 0) return false;
+  if (inflight_->rows.size() != live_.size()) return false;
+  for (RequestId id : inflight_->rows) {
+    auto it = live_.find(id);
+    if (it == live_.end()) return false;
+    const Live& r = *it->second;
+    if (r.done || r.cancelled || r.prefilling() || r.params.logprobs >= 0 || r.params.prompt_logits ||
+        has_penalties(r.params.sampling) || int64_t(r.generated.size()) + 1 >= r.params.max_tokens)
+      return false;
+  }
+  return true;
+}
+
+void Engine::resolve(Inflight& f, std::vector<Event>& out) {
+  const auto ids = f.ids.host();
+  const int64_t n_vocab = info().n_vocab;
+  for (size_t i = 0; i < f.rows.size(); ++i) {
+    auto it = live_.find(f.rows[i]);
+    if (it == live_.end() || it->second->done) continue;
+    Live& r = *it->second;
+    r.pending = ids[i];
+    accept(r, ids[i], f.host_logits.defined() ? f.host_logits.data<float>() + int64_t(i) * n_vocab : nullptr, out);
+  }
+}
+
+void Engine::launch(std::vector<Event>& out) {
+  std::vector<Sequence*> seqs;
+  std::vector<std::span<const int32_t>> tokens;
+  std::vector<int32_t> n_logits;
+  std::vector<Live*> rows;
+  std::vector<bool> samples;  // the row's last logit is sampled
+  bool host_logits = info().device == Device::CPU;
+  int64_t budget = opts_.step_tokens;
+  // Decoding rows first (one token each), then prompt chunks in order of arrival.
+  for (auto& [id, rp] : live_) {
+    Live& r = *rp;
+    if (r.done || r.prefilling()) continue;
+    AUGUR_ASSERT(r.pending >= 0, "a decoding request without its next token");
+    rows.push_back(&r);
+    seqs.push_back(r.seq);
+    tokens.emplace_back(&r.pending, 1);
+    n_logits.push_back(1);
+    samples.push_back(true);
+    host_logits |= r.params.logprobs >= 0;
+  }
+  for (auto& [id, rp] : live_) {
+    Live& r = *rp;
+    if (r.done || !r.prefilling() || budget <= 0) continue;
+    const size_t n = std::min(r.prompt.size() - r.fed, size_t(budget));
+    budget -= int64_t(n);
+    const bool last = r.fed + n == r.prompt.size();
+    const bool sample = last && r.params.max_tokens > 0;
+    rows.push_back(&r);
+    seqs.push_back(r.seq);
+    tokens.emplace_back(r.prompt.data() + r.fed, n);
+    n_logits.push_back(r.params.prompt_logits ? int32_t(n) : int32_t(sample));
+    samples.push_back(sample);
+    host_logits |= r.params.prompt_logits || (sample && r.params.logprobs >= 0);
+  }
+  if (rows.empty()) return;
+  const Clock::time_point now = Clock::now();
+  for (Live* r : rows)
+    if (!r->started) {
+      r->started = true;
+      r->t_start = now;
+    }
+  const Tensor logits = runner_->step(seqs, tokens, n_logits, host_logits ? LogitsOn::Host : LogitsOn::Device);
+  for (Live* r : rows) {
+    if (r->prefilling() || r->pending < 0) continue;
+    r->pending = -1;  // fed by this step
+  }
+  // Prompt bookkeeping, kept prompt logits, and the rows to sample.
+  const int64_t n_vocab = info().n_vocab;
+  std::vector<int64_t> sample_at;  // logit row of each sampled row
+  auto inflight = std::make_unique<Inflight>();
+  int64_t at = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Live& r = *rows[i];
+    if (r.prefilling()) {
+      if (r.params.prompt_logits) {
+        const int64_t begin = int64_t(r.fed) - r.cached;
+        std::memcpy(r.prompt_logits.data<float>() + begin * n_vocab, logits.data<float>() + at * n_vocab,
+                    size_t(n_logits[i]) * size_t(n_vocab) * sizeof(float));
+      }
+      r.fed += tokens[i].size();
+      // The end of a session's prompt: its recurrent state is captured, so
+      // that the next turn can rewind here.
+      if (!r.prefilling() && r.session && r.seq->state_slot() >= 0) r.seq->capture();
+    }
+    at += n_logits[i];
+    if (samples[i]) {
+      sample_at.push_back(at - 1);
+      inflight->rows.push_back(r.id);
+    } else if (!r.prefilling() && r.params.max_tokens == 0) {
+      finish(r, FinishReason::Length, out);
+    }
+  }
+  if (sample_at.empty()) return;
+  // The sampled rows' logits: the forward's own where they are all of its
+  // rows, else gathered (on the host: only host forwards keep more rows).
+  Tensor to_sample = logits;
+  bool all = int64_t(sample_at.size()) == logits.dim(0);
+  for (size_t i = 0; all && i < sample_at.size(); ++i) all = sample_at[i] == int64_t(i);
+  if (!all) {
+    AUGUR_ASSERT(logits.device() == Device::CPU, "gathered sample rows on the host only");
+    to_sample = Tensor::empty(DType::F32, {int64_t(sample_at.size()), n_vocab});
+    for (size_t i = 0; i < sample_at.size(); ++i)
+      std::memcpy(to_sample.data<float>() + int64_t(i) * n_vocab, logits.data<float>() + sample_at[i] * n_vocab,
+                  size_t(n_vocab) * sizeof(float));
+  }
+  std::vector<ops::SampleRow> srows;
+  std::vector<ops::PenaltyEntry> penalties;
+  for (size_t i = 0; i < inflight->rows.size(); ++i) {
+    Live& r = *live_.at(inflight->rows[i]);
+    srows.push_back(r.sampler.device_row(int32_t(i), int32_t(n_vocab), r.prompt, r.generated, penalties));
+  }
+  if (!penalties.empty()) ops::apply_penalties(to_sample, penalties);
+  inflight->ids = runner_->sample(to_sample, srows);
+  if (to_sample.device() == Device::CPU) inflight->host_logits = to_sample;
+  inflight_ = std::move(inflight);
+}
+
+std::vector<Event> Engine::step() {
+  std::vector<Event> out;
+  if (can_chain()) {
+    // The next decode step goes to the device with the ids in flight, then
+    // those ids are read: the device never waits for the host.
+    std::unique_ptr<Inflight> prev = std::move(inflight_);
+    std::vector<Sequence*> seqs;
+    for (RequestId id : prev->rows) seqs.push_back(live_.at(id)->seq);
+    const Tensor logits = runner_->step_ahead(seqs, prev->ids.device(), LogitsOn::Device);
+    auto next = std::make_unique<Inflight>();
+    next->rows = prev->rows;
+    std::vector<ops::SampleRow> srows;
+    std::vector<ops::PenaltyEntry> none;
+    for (size_t i = 0; i < next->rows.size(); ++i) {
+      Live& r = *live_.at(next->rows[i]);
+      srows.push_back(r.sampler.device_row(int32_t(i), int32_t(info().n_vocab), r.prompt, r.generated, none));
+    }
+    next->ids = runner_->sample(logits, srows);
+    resolve(*prev, out);
+    for (RequestId id : prev->rows) {
+      Live& r = *live_.at(id);
+      if (r.done) continue;
+      r.seq->append({&r.pending, 1});  // fed by the step just queued
+      r.pending = -1;
+    }
+    inflight_ = std::move(next);
+  } else {
+    if (inflight_) {
+      std::unique_ptr<Inflight> prev = std::move(inflight_);
+      resolve(*prev, out);
+    }
+    for (auto& [id, r] : live_)
+      if (r->cancelled) finish(*r, FinishReason::Cancelled, out);
+    // Events settled so far belong to finished requests or carry tokens:
+    // their requests still live, so gather them before the next launch.
+    launch(out);
+    if (inflight_ && !can_chain()) {
+      std::unique_ptr<Inflight> f = std::move(inflight_);
+      resolve(*f, out);
+    }
+  }
+  for (auto& [id, r] : live_)
+    if (!r->event.ids.empty() || !r->event.text.empty()) {
+      r->event.id = id;
+      out.push_back(std::move(r->event));
+      r->event = Event();
+    }
+  for (auto it = live_.begin(); it != live_.end();)
+    it = it->second->done ? live_.erase(it) : std::next(it);
+  // Events of one request in order: its token events before its final one.
+  std::stable_sort(out.begin(), out.end(), [](const Event& a, const Event& b) {
+    return a.id < b.id || (a.id == b.id && !a.done && b.done);
+  });
+  return out;
+}
+
+Event Engine::run(RequestId id, const std::function<void(const Event&)>& on_event) {
+  if (!live_.count(id)) fail("[engine] no request ", id, " in flight");
+  for (;;) {
+    for (Event& e : step()) {
+      if (e.id != id) continue;
+      if (on_event) on_event(e);
+      if (e.done) return std::move(e);
+    }
+  }
+}
+
+std::unique_ptr<Engine> load_engine(const std::string& dir, Device device, const EngineOptions& opts) {
+  std::optional<TextModel> text;
+  if (TextModel::exists(dir)) text.emplace(TextModel::load(dir));
+  return std::make_unique<Engine>(load_model(dir, device), std::move(text), opts);
+}
+
+}  // namespace augur

@@ -1,0 +1,157 @@
+// The engine: owns a model, its tokenizer and chat template, the runner and
+// the sampling of every request; the one request path from prompt to text.
+//
+// A request (token ids, raw text or chat messages; sampling; stop ids and
+// strings; a token limit; logprobs) is submitted and yields events: new ids
+// with their text delta (complete UTF-8, stop strings held back until
+// decided), optional logprobs, and a final event with the finish reason,
+// usage and timings. Several requests may be in flight: one step() is one
+// flattened forward over every live request's rows (prefill chunks under a
+// token budget, one token a decoding row). CLI, bench and server are clients.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "runtime/runner.h"
+#include "runtime/sampler.h"
+#include "runtime/text_model.h"
+
+namespace augur {
+
+using RequestId = int64_t;
+
+// What a request continues: token ids as given, raw text (encoded with the
+// tokenizer's special tokens) or chat messages (rendered by the template).
+struct Prompt {
+  enum class Kind { Ids, Text, Chat };
+  Kind kind = Kind::Ids;
+  std::vector<int32_t> ids;
+  std::string text;
+  nlohmann::ordered_json messages;
+  bool add_generation_prompt = true;  // Chat
+  static Prompt of_ids(std::vector<int32_t> ids);
+  static Prompt of_text(std::string text);
+  static Prompt of_chat(nlohmann::ordered_json messages, bool add_generation_prompt = true);
+};
+
+struct RequestParams {
+  SamplingParams sampling;
+  int64_t max_tokens = 16;
+  bool ignore_eos = false;            // else the model's EOS ids stop generation
+  std::vector<int32_t> stop_ids;      // more ids that end generation (emitted)
+  std::vector<std::string> stop;      // stop strings (the text before them is kept)
+  // -1: none; 0: the chosen token's log-probability; n > 0: and the n most
+  // likely tokens'. Taken from log_softmax of the logits after penalties.
+  int32_t logprobs = -1;
+  bool prompt_logits = false;         // the final event carries every prompt position's logits
+  // A session keeps its sequence after the request: the next request of the
+  // session feeds only what follows the longest prefix it already holds.
+  int64_t session = -1;
+};
+
+enum class FinishReason { Stop, Length, Cancelled };
+const char* finish_reason_name(FinishReason r);
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // (id, logprob), most likely first
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens the session already held
+};
+
+struct Timings {
+  double prefill_s = 0;    // first forward of the request to its first token on the host
+  double decode_s = 0;     // first token to the last
+  int64_t prefill_tokens = 0;  // prompt tokens fed (cached ones excluded)
+  int64_t decode_tokens = 0;   // tokens after the first
+};
+
+struct Event {
+  RequestId id = -1;
+  std::vector<int32_t> ids;  // new tokens
+  std::string text;          // their text, as far as it is settled
+  std::vector<TokenLogprob> logprobs;  // one per id, when asked for
+  bool done = false;
+  // The final event only:
+  FinishReason finish = FinishReason::Length;
+  Usage usage;
+  Timings timings;
+  std::vector<int32_t> prompt_ids;
+  Tensor prompt_logits;  // [n_prompt fed, n_vocab] f32 on the host, when asked for
+};
+
+struct EngineOptions {
+  int64_t max_cached_tokens = 4096;  // KV capacity over all sequences
+  int64_t block_size = 16;
+  int64_t step_tokens = 512;         // most prompt tokens one step feeds
+  int64_t max_sequences = 16;        // live sequences (recurrent-state slots)
+};
+
+class Engine {
+ public:
+  // text: the checkpoint's tokenizer, or none (ids in and out only).
+  Engine(std::unique_ptr<Model> model, std::optional<TextModel> text, const EngineOptions& opts);
+  ~Engine();
+  Model& model() { return *model_; }
+  const ModelInfo& info() const { return model_->info(); }
+  const TextModel* text() const { return text_ ? &*text_ : nullptr; }
+  Runner& runner() { return *runner_; }
+  // Ends every request and hands the model back (the engine is then empty).
+  std::unique_ptr<Model> release();
+
+  // The prompt's token ids as a request would feed them.
+  std::vector<int32_t> encode(const Prompt& prompt) const;
+  // Checks the request (bad input is an augur::Error naming it) and queues it.
+  RequestId submit(const Prompt& prompt, const RequestParams& params);
+  // Ends a request at once: its final event (FinishReason::Cancelled) comes
+  // from the next step().
+  void cancel(RequestId id);
+  // A session: its sequence outlives each request (see RequestParams::session).
+  int64_t open_session();
+  void close_session(int64_t session);
+
+  bool idle() const;
+  // One forward over every live request; returns the events it settled.
+  std::vector<Event> step();
+  // Steps until `id` finishes; each of its events goes to on_event (others'
+  // are dropped); returns its final event.
+  Event run(RequestId id, const std::function<void(const Event&)>& on_event = {});
+
+ private:
+  struct Live;
+  struct Session;
+  struct Inflight;
+  void finish(Live& r, FinishReason why, std::vector<Event>& out);
+  void accept(Live& r, int32_t token, const float* logits_row, std::vector<Event>& out);
+  bool can_chain() const;
+  void resolve(Inflight& f, std::vector<Event>& out);
+  void launch(std::vector<Event>& out);
+
+  std::unique_ptr<Model> model_;
+  std::optional<TextModel> text_;
+  EngineOptions opts_;
+  std::unique_ptr<Runner> runner_;
+  RequestId next_id_ = 0;
+  int64_t next_session_ = 0;
+  std::map<RequestId, std::unique_ptr<Live>> live_;  // in submission order
+  std::map<int64_t, std::unique_ptr<Session>> sessions_;
+  std::unique_ptr<Inflight> inflight_;  // a forward queued whose ids are not read yet
+};
+
+// Loads a checkpoint (weights, tokenizer where there is one) into an engine.
+std::unique_ptr<Engine> load_engine(const std::string& dir, Device device, const EngineOptions& opts);
+
+}  // namespace augur
