@@ -1,0 +1,188 @@
+// The engine's request path: requests in flight together decode exactly as
+// each alone; sessions feed only what they do not hold; stop strings,
+// cancellation and logprobs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/error.h"
+#include "runtime/engine.h"
+
+namespace augur {
+namespace {
+
+const std::string kData = AUGUR_TEST_DATA;
+
+std::vector<int32_t> random_ids(int n, int64_t n_vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& t : ids) t = int32_t(rng() % uint32_t(n_vocab));
+  return ids;
+}
+
+std::unique_ptr<Engine> engine_for(const std::string& family, EngineOptions eo = {}) {
+  return std::make_unique<Engine>(load_model(kData + "/" + family), std::nullopt, eo);
+}
+
+// Every event of every request, gathered by request until all are done.
+std::map<RequestId, std::vector<int32_t>> drain(Engine& e, std::map<RequestId, Event>* finals = nullptr) {
+  std::map<RequestId, std::vector<int32_t>> ids;
+  while (!e.idle())
+    for (Event& ev : e.step()) {
+      ids[ev.id].insert(ids[ev.id].end(), ev.ids.begin(), ev.ids.end());
+      if (ev.done && finals) (*finals)[ev.id] = ev;
+    }
+  return ids;
+}
+
+class EngineFamilies : public ::testing::TestWithParam<std::string> {};
+
+// Requests of different prompt lengths and limits, submitted together (and
+// one joining later), give what each gives alone; prompts longer than a
+// step's token budget are fed over several steps.
+TEST_P(EngineFamilies, RequestsTogetherEqualEachAlone) {
+  EngineOptions eo;
+  eo.step_tokens = 24;
+  auto e = engine_for(GetParam(), eo);
+  const int64_t V = e->info().n_vocab;
+  std::vector<std::vector<int32_t>> prompts = {random_ids(5, V, 1), random_ids(40, V, 2), random_ids(1, V, 3),
+                                               random_ids(17, V, 4)};
+  std::vector<int64_t> limits = {12, 7, 20, 9};
+  std::vector<RequestId> ids;
+  RequestParams p;
+  p.ignore_eos = true;
+  for (size_t i = 0; i < 3; ++i) {
+    p.max_tokens = limits[i];
+    ids.push_back(e->submit(Prompt::of_ids(prompts[i]), p));
+  }
+  std::map<RequestId, std::vector<int32_t>> early;
+  for (int s = 0; s < 2; ++s)
+    for (const Event& ev : e->step()) early[ev.id].insert(early[ev.id].end(), ev.ids.begin(), ev.ids.end());
+  p.max_tokens = limits[3];
+  ids.push_back(e->submit(Prompt::of_ids(prompts[3]), p));
+  std::map<RequestId, Event> finals;
+  auto together = drain(*e, &finals);
+  for (auto& [id, v] : early) together[id].insert(together[id].begin(), v.begin(), v.end());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto alone = engine_for(GetParam());
+    p.max_tokens = limits[i];
+    const RequestId id = alone->submit(Prompt::of_ids(prompts[i]), p);
+    auto one = drain(*alone);
+    EXPECT_EQ(together[ids[i]], one[id]) << "request " << i;
+    EXPECT_EQ(int64_t(together[ids[i]].size()), limits[i]);
+    EXPECT_EQ(finals[ids[i]].finish, FinishReason::Length);
+    EXPECT_EQ(finals[ids[i]].usage.prompt_tokens, int64_t(prompts[i].size()));
+  }
+}
+
+// A session's second request feeds only its new tokens and generates what a
+// fresh engine generates for the whole prompt.
+TEST_P(EngineFamilies, SessionReusesItsPrefix) {
+  auto e = engine_for(GetParam());
+  const int64_t V = e->info().n_vocab;
+  const auto first = random_ids(20, V, 7);
+  RequestParams p;
+  p.ignore_eos = true;
+  p.max_tokens = 6;
+  p.session = e->open_session();
+  std::vector<int32_t> reply;
+  e->run(e->submit(Prompt::of_ids(first), p),
+         [&](const Event& ev) { reply.insert(reply.end(), ev.ids.begin(), ev.ids.end()); });
+  // The next turn: the first prompt, the reply, new tokens.
+  std::vector<int32_t> second = first;
+  second.insert(second.end(), reply.begin(), reply.end());
+  const auto more = random_ids(5, V, 8);
+  second.insert(second.end(), more.begin(), more.end());
+  std::vector<int32_t> got;
+  const Event done = e->run(e->submit(Prompt::of_ids(second), p),
+                            [&](const Event& ev) { got.insert(got.end(), ev.ids.begin(), ev.ids.end()); });
+  EXPECT_GE(done.usage.cached_tokens, int64_t(first.size()));
+  EXPECT_EQ(done.timings.prefill_tokens, int64_t(second.size()) - done.usage.cached_tokens);
+
+  auto fresh = engine_for(GetParam());
+  p.session = -1;
+  std::vector<int32_t> want;
+  fresh->run(fresh->submit(Prompt::of_ids(second), p),
+             [&](const Event& ev) { want.insert(want.end(), ev.ids.begin(), ev.ids.end()); });
+  EXPECT_EQ(got, want);
+}
+
+TEST_P(EngineFamilies, CancelEndsARequestAndFreesItsBlocks) {
+  EngineOptions eo;
+  eo.max_cached_tokens = 256;
+  auto e = engine_for(GetParam(), eo);
+  const int64_t free_before = e->runner().pool().n_free();
+  RequestParams p;
+  p.ignore_eos = true;
+  p.max_tokens = 100;
+  const RequestId id = e->submit(Prompt::of_ids(random_ids(30, e->info().n_vocab, 9)), p);
+  e->step();
+  e->step();
+  e->cancel(id);
+  std::map<RequestId, Event> finals;
+  drain(*e, &finals);
+  ASSERT_TRUE(finals.count(id));
+  EXPECT_EQ(finals[id].finish, FinishReason::Cancelled);
+  EXPECT_LT(finals[id].usage.completion_tokens, 100);
+  EXPECT_EQ(e->runner().pool().n_free(), free_before);
+}
+
+// logprobs: the chosen token's is log_softmax of its logit; greedy picks the top one.
+TEST_P(EngineFamilies, LogprobsOfGreedyTokens) {
+  auto e = engine_for(GetParam());
+  RequestParams p;
+  p.ignore_eos = true;
+  p.max_tokens = 4;
+  p.logprobs = 3;
+  std::vector<TokenLogprob> lps;
+  e->run(e->submit(Prompt::of_ids(random_ids(6, e->info().n_vocab, 11)), p),
+         [&](const Event& ev) { lps.insert(lps.end(), ev.logprobs.begin(), ev.logprobs.end()); });
+  ASSERT_EQ(lps.size(), 4u);
+  for (const auto& lp : lps) {
+    ASSERT_EQ(lp.top.size(), 3u);
+    EXPECT_EQ(lp.top[0].first, lp.id);
+    EXPECT_FLOAT_EQ(lp.top[0].second, lp.logprob);
+    EXPECT_LE(lp.logprob, 0.0f);
+    EXPECT_GE(lp.top[0].second, lp.top[1].second);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, EngineFamilies, ::testing::Values("llama", "qwen3", "qwen3_5"));
+
+// Text through the engine: a stop string ends generation with the text
+// before it, and the text deltas join to the whole reply.
+TEST(Engine, StopStringsAndTextDeltas) {
+  const std::string dir = kData + "/../../models/augur-tiny";
+  Engine e(load_model(dir), TextModel::load(dir), {});
+  RequestParams p;
+  p.max_tokens = 40;
+  p.ignore_eos = true;
+  std::string whole;
+  e.run(e.submit(Prompt::of_text("It was a cold morning, and"), p), [&](const Event& ev) { whole += ev.text; });
+  ASSERT_GT(whole.size(), 10u);
+  const std::string stop = whole.substr(whole.size() / 2, 3);
+  p.stop = {stop};
+  std::string cut;
+  const Event done =
+      e.run(e.submit(Prompt::of_text("It was a cold morning, and"), p), [&](const Event& ev) { cut += ev.text; });
+  EXPECT_EQ(done.finish, FinishReason::Stop);
+  EXPECT_EQ(cut, whole.substr(0, whole.find(stop)));
+}
+
+TEST(Engine, BadRequestsAreErrors) {
+  auto e = engine_for("qwen3");
+  RequestParams p;
+  EXPECT_THROW(e->submit(Prompt::of_ids({}), p), Error);
+  EXPECT_THROW(e->submit(Prompt::of_ids({int32_t(e->info().n_vocab)}), p), Error);
+  EXPECT_THROW(e->submit(Prompt::of_text("no tokenizer"), p), Error);
+  p.max_tokens = -1;
+  EXPECT_THROW(e->submit(Prompt::of_ids({1}), p), Error);
+  p.max_tokens = 1;
+  p.stop = {"x"};
+  EXPECT_THROW(e->submit(Prompt::of_ids({1}), p), Error);
+  EXPECT_TRUE(e->idle());
+}
+
+}  // namespace
+}  // namespace augur
