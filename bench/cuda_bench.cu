@@ -2,7 +2,7 @@
 // the kernels of backend/cuda on Qwen3-8B shapes, timed with CUDA events over
 // CUDA-graph replays (as decode runs), median of several replays.
 //
-//   cuda_bench [--quick | --skinny-sweep | --stream-epi | --attention | --tail]
+//   cuda_bench [--quick | --skinny-sweep | --stream-epi | --attention | --tail | --rope]
 //
 // Weights are rotated over enough copies to defeat the 60 MB L2, as a forward
 // pass reads each weight once; attention rotates over 36 layers' caches.
@@ -180,9 +180,10 @@ double skinny_ms(const Shape& sh, int64_t M, Path path, int splits, uint16_t* w,
   return ms / copies;
 }
 
-// Decode matmul shapes of both benchmark models at M = 1: each skinny-kernel
-// variant (detail::skinny_variant) at the automatic split and a range of
-// forced ones. Prints us and GB/s of weights.
+// Decode matmul shapes of both benchmark models at M = 1: rows_kernel at
+// its automatic split and a range of forced ones, and the stream GEMV (which
+// matmul_bf16 takes where every SM gets a stage's rows). Prints us and GB/s
+// of weights.
 void skinny_sweep(double bw) {
   const Shape shapes[] = {{"8b qkv 6144x4096", 6144, 4096},         {"8b o 4096x4096", 4096, 4096},
                           {"8b gate_up 24576x4096", 24576, 4096},    {"8b down 4096x12288", 4096, 12288},
@@ -191,27 +192,28 @@ void skinny_sweep(double bw) {
                           {"27b down 5120x17408", 5120, 17408},      {"27b lm_head 248320x5120", 248320, 5120}};
   Buf<float> x(size_t(2) * 17408), y(size_t(2) * 248320);
   rand_f32(x.p, x.n, 1);
-  std::printf(
-      "== skinny sweep, M = 1: us (GB/s) per variant; variants 0: 8 loads/lane, 1: 16 loads, 2: 8 pipelined, 3/4: stream (bulk copies; rows interleaved / slabs) ==\n");
+  std::printf("== skinny sweep, M = 1: us (GB/s): rows_kernel by split, and the stream GEMV ==\n");
   for (const Shape& sh : shapes) {
     const size_t bytes = size_t(sh.N * sh.K) * 2;
     const int copies = int(std::clamp<size_t>((size_t(1) << 30) / bytes, 2, 64));
     Buf<uint16_t> w(size_t(copies) * size_t(sh.N * sh.K));
     rand_bf16(w.p, w.n, 3);
     const int auto_s = augur::cuda::detail::skinny_splits(1, sh.K, sh.N);
-    std::printf("%-26s auto split %d\n", sh.name, auto_s);
-    for (int v = 0; v < 5; ++v) {
-      augur::cuda::detail::skinny_variant() = v;
-      std::printf("  variant %d:", v);
-      for (int sp : {0, 1, 2, 3, 4, 6, 8}) {
-        if (v >= 3 && sp > 0) break;  // the stream kernel does not split K
-        const double ms = skinny_ms(sh, 1, Path::Skinny, sp, w.p, copies, x.p, nullptr, y.p);
-        std::printf("  S%s %.1f (%.0f)", sp == 0 ? "auto" : std::to_string(sp).c_str(), ms * 1e3,
-                    double(bytes) / (ms * 1e-3) / 1e9);
-      }
-      std::printf("\n");
+    std::printf("%-26s auto split %d\n  rows_kernel:", sh.name, auto_s);
+    for (int sp : {auto_s, 1, 2, 3, 4, 6, 8}) {
+      const double ms = skinny_ms(sh, 1, Path::Skinny, sp, w.p, copies, x.p, nullptr, y.p);
+      std::printf("  S%d%s %.1f (%.0f)", sp, sp == auto_s ? " (auto)" : "", ms * 1e3, double(bytes) / (ms * 1e-3) / 1e9);
     }
-    augur::cuda::detail::skinny_variant() = -1;
+    const double ms = time_graph([&](Stream s) {
+                        for (int c = 0; c < copies; ++c) {
+                          augur::cuda::detail::StreamGemv q;
+                          q.x = x.p, q.M = 1, q.K = sh.K, q.ldx = sh.K, q.w = w.p + size_t(c) * size_t(sh.N * sh.K);
+                          q.N = sh.N, q.y = y.p, q.ldy = sh.N;
+                          augur::cuda::detail::stream_gemv(q, s);
+                        }
+                      }) /
+                      copies;
+    std::printf("\n  stream: %.1f (%.0f)\n", ms * 1e3, double(bytes) / (ms * 1e-3) / 1e9);
   }
   std::printf("(copy ceiling %.0f GB/s)\n\n", bw);
 }
@@ -273,8 +275,8 @@ void stream_epi_sweep(double bw) {
 }
 
 // The end of a decoder block at decode (w_out, add + norm, gate/up, SwiGLU,
-// down) as the unfused kernels and as decode_tail at each ring depth, over
-// rotated copies of a layer's weights: us a layer and GB/s of weights.
+// down) as the unfused kernels and as block_tail (stream GEMVs with fused
+// ends), over rotated copies of a layer's weights: us a layer and GB/s of weights.
 void tail_sweep(double bw) {
   struct TailShape {
     const char* name;
@@ -295,16 +297,16 @@ void tail_sweep(double bw) {
     rand_f32(x.p, x.n, 7);
     rand_f32(g.p, g.n, 8);
     for (int64_t M : {1, 2}) {
-      if (!augur::cuda::decode_tail_fits(M, sh.Ka, sh.D, sh.F)) continue;
+      if (!augur::cuda::block_tail_fits(M, sh.Ka, sh.D, sh.F)) continue;
       auto layer = [&](int c, Stream s, bool fused) {
         const uint16_t* wo = w.p + size_t(c) * per;
         const uint16_t* wgu = wo + n_wo;
         const uint16_t* wdn = wgu + n_gu;
         if (fused) {
-          augur::cuda::DecodeTail t;
+          augur::cuda::BlockTail t;
           t.a = a.p, t.M = M, t.Ka = sh.Ka, t.D = sh.D, t.F = sh.F, t.w_out = wo, t.x = x.p, t.g = g.p;
-          t.eps = 1e-6f, t.gate_up = wgu, t.down = wdn, t.o = o.p, t.act = act.p, t.out = out.p;
-          augur::cuda::decode_tail(t, s);
+          t.eps = 1e-6f, t.gate_up = wgu, t.down = wdn, t.act = act.p, t.out = out.p;
+          augur::cuda::block_tail(t, s);
           return;
         }
         augur::cuda::matmul_half(a.p, M, sh.Ka, sh.Ka, wo, Half::BF16, sh.D, o.p, sh.D, s);
@@ -324,15 +326,67 @@ void tail_sweep(double bw) {
       };
       std::printf("%-18s M=%ld %.0f MB:", sh.name, long(M), double(bytes) / 1e6);
       show("unfused", time(false));
-      for (int depth : {6, 8, 10}) {
-        augur::cuda::detail::decode_tail_depth() = depth;
-        show(("tail d" + std::to_string(depth)).c_str(), time(true));
-      }
-      augur::cuda::detail::decode_tail_depth() = 0;
+      show("block_tail", time(true));
       std::printf("\n");
     }
   }
   std::printf("(copy ceiling %.0f GB/s)\n\n", bw);
+}
+
+// The fused RoPE decode attention (decode_attention_rope: qkv_rope_store's
+// work inside the tensor-core decode kernel) against qkv_rope_store +
+// paged_attention, batch 1, Qwen3-8B heads, over 36 layers' caches: us a layer.
+void rope_attention_sweep() {
+  using augur::cuda::Half;
+  const int64_t n_head = 32, n_kv = 8, D = 128, bs = 16, layers = 36, half = 64;
+  const int64_t width = (n_head + 2 * n_kv) * D;
+  const float scale = 1.0f / std::sqrt(float(D));
+  std::printf("== fused RoPE decode attention, batch 1: us a layer (separate = qkv_rope_store + paged_attention) ==\n");
+  Buf<float> qkv{size_t(width)}, q{size_t(n_head * D)}, out{size_t(n_head * D)}, gains{size_t(2 * D)},
+      freq{size_t(half)};
+  rand_f32(qkv.p, qkv.n, 21);
+  rand_f32(gains.p, gains.n, 22);
+  rand_f32(freq.p, freq.n, 23);
+  for (int64_t ctx : {128, 1024, 2048, 8192}) {
+    const int64_t max_ctx = 8192, blocks = (max_ctx + bs - 1) / bs;
+    const size_t cache_elems = size_t(blocks * bs * n_kv * D);
+    Buf<uint16_t> kc(cache_elems * size_t(layers)), vc(cache_elems * size_t(layers));
+    rand_bf16(kc.p, kc.n, 24);
+    rand_bf16(vc.p, vc.n, 25);
+    std::vector<int32_t> table(static_cast<size_t>(blocks));
+    std::iota(table.begin(), table.end(), 0);
+    const int32_t p = int32_t(ctx - 1), slot = table[size_t(p / bs)] * int32_t(bs) + p % int32_t(bs), row = 0;
+    Buf<int32_t> dtable(table.size()), dpos(1), dslot(1), drow(1);
+    check(cudaMemcpy(dtable.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "upload");
+    check(cudaMemcpy(dpos.p, &p, 4, cudaMemcpyHostToDevice), "upload");
+    check(cudaMemcpy(dslot.p, &slot, 4, cudaMemcpyHostToDevice), "upload");
+    check(cudaMemcpy(drow.p, &row, 4, cudaMemcpyHostToDevice), "upload");
+    augur::cuda::AttnMeta meta;
+    meta.positions = dpos.p, meta.slot_mapping = dslot.p, meta.token_row = drow.p, meta.block_tables = dtable.p;
+    meta.max_blocks = int32_t(blocks), meta.n_tokens = 1, meta.max_context = int32_t(max_ctx), meta.max_row_tokens = 1;
+    Buf<char> ws(augur::cuda::attention_workspace_bytes(1, n_head, D, max_ctx));
+    auto time = [&](bool fused) {
+      return time_graph([&](Stream s) {
+               for (int64_t l = 0; l < layers; ++l) {
+                 uint16_t* k = kc.p + size_t(l) * cache_elems;
+                 uint16_t* v = vc.p + size_t(l) * cache_elems;
+                 if (fused) {
+                   augur::cuda::decode_attention_rope(qkv.p, gains.p, gains.p + D, 1e-6f, freq.p, half, k, v, bs,
+                                                      n_head, n_kv, D, meta, scale, 0, out.p, ws.p, s, Half::BF16);
+                 } else {
+                   augur::cuda::qkv_rope_store(qkv.p, n_head, n_kv, D, gains.p, gains.p + D, 1e-6f, freq.p, half, meta,
+                                               q.p, k, v, s, Half::BF16);
+                   augur::cuda::paged_attention(q.p, k, v, bs, n_head, n_kv, D, meta, scale, 0, out.p, ws.p, s,
+                                                Half::BF16);
+                 }
+               }
+             }) *
+             1e3 / double(layers);
+    };
+    const double sep = time(false), fused = time(true);
+    std::printf("ctx %5ld: separate %.2f, fused %.2f\n", long(ctx), sep, fused);
+  }
+  std::printf("\n");
 }
 
 }  // namespace
@@ -358,6 +412,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--skinny-sweep") == 0) {
     skinny_sweep(bw);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--rope") == 0) {
+    rope_attention_sweep();
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--tail") == 0) {

@@ -6,19 +6,23 @@
 # device's system or its pip package nvidia-cublas.
 #
 #   scripts/build_cuda_bundle.sh            # BUILD=build/cuda-bundle JOBS=2 DEST=.dev
-# A second bundle for an A/B run, built with other flags, goes below .dev:
-#   BUILD=build/cuda-b DEST=.dev/b CUDA_FLAGS=-DSOMETHING scripts/build_cuda_bundle.sh
+# PROFILE=1: the measurement build (-DAUGUR_CUDA_PROFILE=ON: AUGUR_CUDA_TIMELINE,
+# AUGUR_CUDA_SKIP) with libcupti, in its own build folder:
+#   PROFILE=1 TARGETS=augur scripts/build_cuda_bundle.sh
+# then on the device AUGUR_CUDA_TIMELINE=$OUT/tl.csv "$BIN/augur" bench ...
+# and python3 scripts/timeline.py tl.csv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build/cuda-bundle}
+PROFILE=${PROFILE:-0}
+if [[ "$PROFILE" != 0 ]]; then BUILD=${BUILD:-build/cuda-profile}; else BUILD=${BUILD:-build/cuda-bundle}; fi
 JOBS=${JOBS:-2}
 DEST=${DEST:-.dev}
 
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_FLAGS="${CUDA_FLAGS:-}" \
-  -DAUGUR_STATIC_DEPS=ON -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
-# TARGETS="augur" (say) builds and carries only those: two engines for an
-# A/B run fit in the carried tree where two whole bundles do not.
-read -r -a targets <<< "${TARGETS:-test_cuda cuda_bench augur}"
+  -DAUGUR_CUDA_PROFILE="$([[ "$PROFILE" != 0 ]] && echo ON || echo OFF)" -DAUGUR_STATIC_DEPS=ON -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
+# TARGETS="augur" (say) builds and carries only those (the carried tree is
+# limited to 64 MiB).
+read -r -a targets <<< "${TARGETS:-test_cuda test_backend cuda_bench augur}"
 cmake --build "$BUILD" --target "${targets[@]}" -j"$JOBS"
 
 # Stripped and xz-compressed: the carried tree must stay under 64 MiB next to
@@ -29,11 +33,10 @@ for t in "${targets[@]}"; do
   if [[ -x "$BUILD/tests/$t" ]]; then cp "$BUILD/tests/$t" "$DEST/bin/"; else cp "$BUILD/bin/$t" "$DEST/bin/"; fi
 done
 strip "$DEST"/bin/*
-# CUPTI=1: CUPTI too, for AUGUR_CUDA_TIMELINE (scripts/decode_timeline.sh; 1 MB
-# compressed, left out by default).
-if [[ "${CUPTI:-0}" != 0 ]]; then
+# The profile build carries CUPTI too, for AUGUR_CUDA_TIMELINE (1 MB compressed).
+if [[ "$PROFILE" != 0 ]]; then
   cupti=$(find "$(dirname "$(command -v nvcc)")/.." -name 'libcupti.so.13' 2>/dev/null | head -1)
-  if [[ -n "$cupti" ]]; then cp -L "$cupti" "$DEST/bin/"; else echo "CUPTI=1: libcupti.so.13 not found"; fi
+  if [[ -n "$cupti" ]]; then cp -L "$cupti" "$DEST/bin/"; else echo "PROFILE=1: libcupti.so.13 not found"; fi
 fi
 # xz -9e: its 64 MB dictionary spans the binaries (17.7 MB at the default level, 10.2 here).
 XZ_OPT=${XZ_OPT:--9e} tar -C "$DEST/bin" -cJf "$DEST/bundle.tar.xz" .

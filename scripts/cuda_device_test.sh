@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The one command for the GPU machine: CUDA op tests, compute-sanitizer on a
-# reduced subset (where it works: not under gVisor), then the kernel benchmark.
+# The one command for the GPU machine: CUDA op tests (test_cuda, and
+# test_backend's cross-backend op tests, which run their CUDA cases when a
+# GPU is present), compute-sanitizer on a reduced subset (where it works: not
+# under gVisor), then the kernel and engine benchmarks.
 # Binaries come from scripts/build_cuda_bundle.sh, carried in .dev/ (bundle.tar.xz):
 #   run: bash scripts/cuda_device_test.sh        carry: [".dev"]
 # Env: BENCH_ARGS (e.g. --quick), SANITIZE=0 to skip the sanitizer (SAN_TOOLS picks its tools), GTEST_FILTER,
@@ -16,8 +18,16 @@ status=0
 echo "== test_cuda =="
 timeout 150 "$BIN/test_cuda" --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} 2>&1 | tee "$LOG/test_cuda.log"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+if [[ -x "$BIN/test_backend" ]]; then
+  echo "== test_backend =="
+  timeout 300 "$BIN/test_backend" --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} 2>&1 |
+    tee "$LOG/test_backend.log"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+else
+  echo "== test_backend: not in the bundle =="; status=1
+fi
 
-SMALL='CudaF16.DecodeTailEqualsUnfusedOps:CudaMatmul.SkinnySmall:CudaMatmul.SkinnySplitK:CudaMatmul.PreconvertedInput:CudaOps.*:CudaAttention.DecodeSmall:CudaAttention.PrefillSmall:CudaFused.*:CudaF16.ConvertMaxAbsEmbeddingStore:CudaF16.QkvRopeStoreWritesF16:CudaSampling.GreedyIsArgmax:CudaSampling.TopKTiesGoToLowerIds:CudaSampling.PenaltiesMatchCpu:CudaHybridOps.*:Shapes/CudaDeltaRule.*/0'
+SMALL='CudaF16.BlockTailEqualsUnfusedOps:CudaMatmul.SkinnySmall:CudaMatmul.SkinnySplitK:CudaMatmul.PreconvertedInput:CudaOps.*:CudaAttention.DecodeSmall:CudaAttention.PrefillSmall:CudaFused.*:CudaF16.ConvertMaxAbsEmbeddingStore:CudaF16.QkvRopeStoreWritesF16:CudaSampling.GreedyIsArgmax:CudaSampling.TopKTiesGoToLowerIds:CudaSampling.PenaltiesMatchCpu:CudaHybridOps.*:Shapes/CudaDeltaRule.*/0'
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 if [[ "${SANITIZE:-1}" != 0 && -n "$SAN" ]]; then
   for tool in ${SAN_TOOLS:-memcheck racecheck synccheck}; do

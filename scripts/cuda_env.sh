@@ -1,4 +1,4 @@
-# Sourced by the device-side scripts (cuda_device_test.sh, cuda_profile.sh):
+# Sourced by the device-side scripts (cuda_device_test.sh) and by hand:
 # unpacks the carried binaries (scripts/build_cuda_bundle.sh) into $BIN, points
 # LD_LIBRARY_PATH at libcublasLt.so.13 (the system's, or the pip package
 # nvidia-cublas'), and makes the log folder $LOG ($OUT, the device tool's
@@ -17,5 +17,5 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libcublasLt.so.13'; then
     echo "warning: libcublasLt.so.13 not found (nvidia.cublas: '${d}')"
   fi
 fi
-# AUGUR_CUDA_TIMELINE's CUPTI: the bundle's copy.
+# AUGUR_CUDA_TIMELINE's CUPTI (a PROFILE=1 bundle): the bundle's copy.
 if [[ -e "$BIN/libcupti.so.13" ]]; then export AUGUR_CUDA_CUPTI=${AUGUR_CUDA_CUPTI:-$(cd "$BIN" && pwd)/libcupti.so.13}; fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Reads an AUGUR_CUDA_TIMELINE file (every kernel's GPU start and end) and
-prints where a decode step spends its time.
+"""Reads an AUGUR_CUDA_TIMELINE file (every kernel's GPU start and end, written
+by a profile build: -DAUGUR_CUDA_PROFILE=ON, `PROFILE=1
+scripts/build_cuda_bundle.sh`) and prints where a decode step spends its time.
 
   timeline.py FILE [--steps N]
 

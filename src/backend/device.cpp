@@ -68,18 +68,45 @@ void require_half(const char* op, const Tensor& t) {
 cuda::Half half_of(DType t) { return t == DType::F16 ? cuda::Half::F16 : cuda::Half::BF16; }
 float half_to_f32(uint16_t h, DType t) { return t == DType::F16 ? f16_to_f32(h) : bf16_to_f32(h); }
 
+// An unset variable keeps `fallback`; "0" and "1" are the only values.
+bool env_flag(const char* var, bool fallback) {
+  const char* env = std::getenv(var);
+  if (env == nullptr) return fallback;
+  const std::string_view v(env);
+  if (v == "0") return false;
+  if (v == "1") return true;
+  fail("[device] ", var, "='", v, "': expected 0 or 1");
+}
+
+DType env_half(const char* var) {
+  const char* env = std::getenv(var);
+  if (env == nullptr || std::string_view(env) == "f16") return DType::F16;
+  if (std::string_view(env) == "bf16") return DType::BF16;
+  fail("[device] ", var, "='", env, "': expected f16 or bf16");
+}
+
 }  // namespace
 
-DType device_half(Device d) {
-  if (d == Device::CPU) return DType::F32;
-  static const DType half = [] {
-    const char* env = std::getenv("AUGUR_CUDA_HALF");
-    if (env == nullptr || std::string_view(env) == "f16") return DType::F16;
-    if (std::string_view(env) == "bf16") return DType::BF16;
-    fail("[device] AUGUR_CUDA_HALF='", env, "': expected f16 or bf16");
+namespace {
+
+CudaSettings& settings_storage() {
+  static CudaSettings settings = [] {
+    CudaSettings s;
+    s.graphs = env_flag("AUGUR_CUDA_GRAPHS", s.graphs);
+    s.pdl = env_flag("AUGUR_CUDA_PDL", s.pdl);
+    s.half = env_half("AUGUR_CUDA_HALF");
+    return s;
   }();
-  return half;
+  return settings;
 }
+
+}  // namespace
+
+const CudaSettings& cuda_settings() { return settings_storage(); }
+
+void set_cuda_settings(const CudaSettings& settings) { settings_storage() = settings; }
+
+DType device_half(Device d) { return d == Device::CPU ? DType::F32 : cuda_settings().half; }
 
 Tensor convert_half(const Tensor& t, DType to) {
   require_half("convert_half", t);
@@ -95,6 +122,52 @@ Tensor convert_half(const Tensor& t, DType to) {
   for (int64_t i = 0; i < t.numel(); ++i) {
     const float v = half_to_f32(src[i], t.dtype());
     dst[i] = to == DType::F16 ? f32_to_f16(std::fabs(v) > 65504.0f ? std::copysign(65504.0f, v) : v) : f32_to_bf16(v);
+  }
+  return out;
+}
+
+Tensor stack_rows(std::span<const Tensor> parts) {
+  if (parts.empty()) fail("[stack_rows] nothing to stack");
+  const Tensor& first = parts.front();
+  int64_t rows = 0;
+  bool same = true, halves = true;
+  for (const Tensor& p : parts) {
+    if (p.ndim() != 2 || p.dim(1) != first.dim(1) || p.device() != first.device())
+      fail("[stack_rows] ", p.shape_str(), " does not stack onto ", first.shape_str());
+    rows += p.dim(0);
+    same = same && p.dtype() == first.dtype();
+    halves = halves && (p.dtype() == DType::BF16 || p.dtype() == DType::F16);
+  }
+  const DType dt = same ? first.dtype() : halves ? DType::BF16 : DType::F32;
+  Tensor out = empty_on(first.device(), dt, {rows, first.dim(1)});
+  int64_t at = 0;
+  for (const Tensor& p : parts) {
+    const Tensor dst = out.slice_rows(at, at + p.dim(0));
+    at += p.dim(0);
+    if (p.dtype() == dt) {
+      copy_tensor(p, dst);
+    } else if (dt == DType::BF16) {
+      copy_tensor(convert_half(p, dt), dst);
+    } else {  // widen a 16-bit part to f32
+      if (p.device() != Device::CPU || !p.is_contiguous())
+        fail("[stack_rows] f32 and 16-bit parts stack on the host only");
+      const uint16_t* src = static_cast<const uint16_t*>(p.raw());
+      float* d = dst.data<float>();
+      for (int64_t i = 0; i < p.numel(); ++i) d[i] = half_to_f32(src[i], p.dtype());
+    }
+  }
+  return out;
+}
+
+Tensor select_rows(const Tensor& w, std::span<const int64_t> rows) {
+  if (w.ndim() != 2) fail("[select_rows] needs a matrix, got ", w.shape_str());
+  if (w.device() != Device::CPU)  // regrouped on the host, then placed back
+    return to_device(select_rows(to_device(w, Device::CPU), rows), w.device());
+  Tensor out = Tensor::empty(w.dtype(), {int64_t(rows.size()), w.dim(1)});
+  const size_t row_bytes = size_t(w.dim(1)) * dtype_size(w.dtype());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= w.dim(0)) fail("[select_rows] row ", rows[i], " outside [0, ", w.dim(0), ")");
+    std::memcpy(static_cast<char*>(out.raw()) + i * row_bytes, w.slice_rows(rows[i], rows[i] + 1).raw(), row_bytes);
   }
   return out;
 }

@@ -1,6 +1,6 @@
 #include "backend/device.h"
 #include "core/error.h"
-#include "model/model.h"
+#include "backend/kv_cache.h"
 
 #include <algorithm>
 #include <atomic>

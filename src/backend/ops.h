@@ -38,6 +38,10 @@ void rms_norm_linear(const Tensor& x, const Tensor& g, float eps, const Tensor& 
 // a += b.  a, b: same shape, f32
 void add_inplace(const Tensor& a, const Tensor& b);
 
+// y[m, :] += bias per row (a no-op for an undefined bias). y: [M, N] f32;
+// bias: [N] f32. The CPU only so far (no CUDA family has biases).
+void add_bias(const Tensor& y, const Tensor& bias);
+
 // out = silu(gate) * up.  gate, up, out: [M, D] f32 (out may alias gate)
 void swiglu(const Tensor& gate, const Tensor& up, const Tensor& out);
 
@@ -54,26 +58,26 @@ void swiglu_packed(const Tensor& gate_up, const Tensor& out);
 // act: [M, D] f32 scratch for the SwiGLU. gate_up: [M, 2D]; w: [N, D]; y: [M, N]
 void swiglu_linear(const Tensor& gate_up, const Tensor& w, const Tensor& act, const Tensor& y);
 
-// The end of a decoder block at decode: x += a · w_outᵀ; out = the SwiGLU MLP
-// (gate_up stacked: gate rows, then up rows) of rms_norm(x) * g; o and act are
-// scratch. With w_next, also the next block's input projection:
-// x += out; y_next = (rms_norm(x) * g_next) · w_nextᵀ. One persistent kernel
-// on CUDA, the arithmetic of linear + add_rms_norm + swiglu_linear
-// (+ add_rms_norm + linear) there; decode_tail_fits says when it applies
-// (CUDA, at most 2 rows, shapes the kernel takes, AUGUR_CUDA_DECODE_TAIL=1:
-// off by default), otherwise run those ops.
-// a: [M, Ka]; w_out: [D, Ka]; x, o, out: [M, D]; g, g_next: [D];
-// gate_up: [2F, D]; down: [D, F]; act: [M, F]; w_next: [N, D]; y_next: [M, N]
-bool decode_tail_fits(const Tensor& a, const Tensor& w_out, const Tensor& gate_up, const Tensor& down,
-                      const Tensor& w_next = Tensor());
-void decode_tail(const Tensor& a, const Tensor& w_out, const Tensor& x, const Tensor& g, float eps,
-                 const Tensor& gate_up, const Tensor& down, const Tensor& o, const Tensor& act, const Tensor& out,
-                 const Tensor& w_next = Tensor(), const Tensor& g_next = Tensor(), const Tensor& y_next = Tensor());
+// The rest of a pre-norm decoder block after its mixer, with a fused gate/up
+// SwiGLU MLP (gate_up stacked: gate rows, then up rows):
+//   x += a · w_outᵀ;  out = down · swiglu_packed(gate_up · (rms_norm(x) * g))
+// and with w_next (the next block's input projection, or the LM head):
+//   x += out;  y_next = (rms_norm(x) * g_next) · w_nextᵀ
+// (without it x is left at x + a · w_outᵀ, out not added). On CUDA at most 2
+// rows: stream GEMVs with the residual adds, norms and SwiGLU in their ends
+// (h and gu not written); elsewhere linear, add_rms_norm, linear,
+// swiglu_linear (+ add_rms_norm, linear) through the scratch h, gu, act.
+// a: [M, Ka]; w_out: [D, Ka]; x, h, out: [M, D]; g, g_next: [D] f32;
+// gate_up: [2F, D]; down: [D, F]; gu: [M, 2F]; act: [M, F]; w_next: [N, D]; y_next: [M, N]
+void block_tail(const Tensor& a, const Tensor& w_out, const Tensor& x, const Tensor& g, float eps,
+                const Tensor& gate_up, const Tensor& down, const Tensor& h, const Tensor& gu, const Tensor& act,
+                const Tensor& out, const Tensor& w_next = Tensor(), const Tensor& g_next = Tensor(),
+                const Tensor& y_next = Tensor());
 
 // Paged KV cache of one layer: fixed-size blocks of token slots.
 struct KvLayer {
-  Tensor k;  // [n_blocks, block_size, n_head_kv, head_dim] f32 (CPU) or bf16 (CUDA)
-  Tensor v;  // [n_blocks, block_size, n_head_kv, head_dim] f32 (CPU) or bf16 (CUDA)
+  Tensor k;  // [n_blocks, block_size, n_head_kv, head_dim] f32 (CPU) or bf16/f16 (CUDA)
+  Tensor v;  // [n_blocks, block_size, n_head_kv, head_dim] f32 (CPU) or bf16/f16 (CUDA)
 };
 
 // One row of a flattened batch, as the attention ops see it: tokens
@@ -146,14 +150,18 @@ void qkv_rope_store(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_nor
                     const BatchView& batch, const Tensor& inv_freq, const KvLayer& cache, const Tensor& q_out,
                     const Tensor& gate_out = Tensor());
 
-// qkv_rope_store, then paged_attention, as one op where the backend fuses
-// them (CUDA with AUGUR_CUDA_ATTN_ROPE=1: a pure decode batch, one new token
-// a row, no output gate); the same results. Returns false, having done nothing, where it does not fuse:
-// the caller runs the two ops. q_shape: [n_tokens, n_head, head_dim] (as
-// qkv_rope_store's q_out); out, workspace: as paged_attention's.
-bool qkv_rope_attention(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,
+// qkv_rope_store, then paged_attention, then (gated) out *= sigmoid(gate):
+// attention from the fused q/k/v projection. On CUDA, for one new token
+// without an output gate, one kernel does it all (the same results, bit for
+// bit); otherwise exactly those ops, with q as qkv_rope_store's q_out.
+// q: [n_tokens, n_head, head_dim] f32 scratch; gate: undefined, or
+// [n_tokens, n_head * head_dim] f32 scratch meaning qkv holds gated
+// attention's layout (as qkv_rope_store's gate_out); out: [n_tokens, n_head,
+// head_dim] f32; workspace: attention_workspace(q, batch) floats.
+void qkv_rope_attention(const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm, float eps,
                         const BatchView& batch, const Tensor& inv_freq, const KvLayer& cache, float scale,
-                        int32_t window, const Tensor& out, const Tensor& workspace);
+                        int32_t window, const Tensor& q, const Tensor& gate, const Tensor& out,
+                        const Tensor& workspace);
 
 // Causal attention over the paged cache, GQA (n_head a multiple of n_head_kv):
 // token t of a row at position p attends to positions [max(0, p - window + 1), p]

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -75,36 +76,41 @@ struct DecodeFigures {
 
 // `batch` requests of `context` random prompt tokens decode greedily
 // together through the engine (on an accelerator each step is queued before
-// the last step's ids are read); after two warm-up steps (first-use
-// allocations, the decode graph's capture) the next `steps` are timed.
+// the last step's ids are read). Prompts are fed a chunk a step, so the first
+// requests decode while the last still prefill: once every request has its
+// first three tokens (the decode graph captured, first-use allocations
+// made), the next `steps` steps are timed, every row decoding in each (each
+// request may make enough tokens for that).
 DecodeFigures time_decode(std::unique_ptr<Model>& model, int64_t batch, int64_t context, int64_t steps,
                           std::mt19937& rng) {
   EngineOptions eo;
-  eo.max_cached_tokens = batch * (context + 2 * steps + 16);
   eo.step_tokens = std::min<int64_t>(context, 4096);
+  const int64_t prefill_steps = batch * ((context + eo.step_tokens - 1) / eo.step_tokens);
+  RequestParams params;
+  params.ignore_eos = true;
+  params.max_tokens = prefill_steps + steps + 8;
+  eo.max_cached_tokens = batch * (context + params.max_tokens + 16);
   eo.max_sequences = batch;
   Engine engine(std::move(model), std::nullopt, eo);
   const ModelInfo& info = engine.info();
-  RequestParams params;
-  params.ignore_eos = true;
-  params.max_tokens = steps + 4;
-  std::vector<RequestId> ids;
+  std::map<RequestId, int64_t> made;  // tokens each request has made
   for (int64_t b = 0; b < batch; ++b)
-    ids.push_back(engine.submit(Prompt::of_ids(random_ids(context, info.n_vocab, rng)), params));
-  // Until every request has its first tokens: prefills, then two decode steps.
-  int64_t tokens = 0;
-  while (tokens < 3 * batch)
-    for (const Event& e : engine.step()) tokens += int64_t(e.ids.size());
+    made[engine.submit(Prompt::of_ids(random_ids(context, info.n_vocab, rng)), params)] = 0;
+  auto every_has = [&](int64_t n) {
+    for (const auto& [id, k] : made)
+      if (k < n) return false;
+    return true;
+  };
+  while (!every_has(3))
+    for (const Event& e : engine.step()) made[e.id] += int64_t(e.ids.size());
   synchronize(info.device);
-  double kv_tokens = 0;
+  double kv_tokens = 0;  // K/V positions the timed steps read, over all rows
+  for (const auto& [id, k] : made) kv_tokens += double(steps) * double(context + k) + double(steps * (steps - 1) / 2);
   const auto t0 = Clock::now();
-  for (int64_t s = 0; s < steps; ++s) {
-    kv_tokens += double(batch) * double(context + 3 + s);
-    engine.step();
-  }
+  for (int64_t s = 0; s < steps; ++s) engine.step();
   synchronize(info.device);
   DecodeFigures f{batch, context, steps, seconds(t0, Clock::now()), 0, 0, 0};
-  for (RequestId id : ids) engine.cancel(id);
+  for (const auto& [id, k] : made) engine.cancel(id);
   while (!engine.idle()) engine.step();
   model = engine.release();
   f.tokens_per_s = double(batch * steps) / f.seconds;

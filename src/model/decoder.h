@@ -9,26 +9,25 @@
 #include <string>
 #include <vector>
 
-#include "model/layers.h"
-#include "model/model.h"
+#include "model/stack.h"
 
 namespace augur {
 
 class JsonConfig;
 class WeightSource;
 
-struct DecoderConfig : TransformerDims {
+struct DecoderConfig : StackConfig {
   int64_t d_ff = 0;
   bool mlp_bias = false;
-  bool qk_norm = false;         // RMSNorm over each q/k head (Qwen3)
-  std::vector<float> inv_freq;  // [rot_dim / 2]
+  bool qk_norm = false;  // RMSNorm over each q/k head (Qwen3)
 };
 
 // The fields every Llama-like config.json has, validated (a missing or
 // contradictory field is an error naming it).
 DecoderConfig read_decoder_config(const JsonConfig& cfg);
 
-// Builds the model, reading weights by their transformers names
+// Builds the model (every block self-attention and a SwiGLU), reading weights
+// by their transformers names
 // (model.layers.N.self_attn.q_proj.weight, ...). `info` carries the family's
 // identity; shapes and sizes are filled in here.
 std::unique_ptr<Model> make_decoder_model(const DecoderConfig& cfg, WeightSource& weights, ModelInfo info);

@@ -27,19 +27,15 @@ struct GatedDeltaNetShape {
 // Canonical (Qwen3.5) layout; checkpoints with fused projections (Qwen3-Next)
 // are regrouped into it at load time.
 struct GatedDeltaNetWeights {
-  Tensor in_qkv;   // [conv_dim, d_model]: q heads, k heads, v heads
-  Tensor in_z;     // [n_head*head_dim_v, d_model]
-  Tensor in_b;     // [n_head, d_model]
-  Tensor in_a;     // [n_head, d_model]
+  // in_proj_qkv, in_proj_z, in_proj_b, in_proj_a stacked (one matmul makes
+  // all four): [conv_dim + value_dim + 2 n_head, d_model]; within the first
+  // conv_dim rows q heads, k heads, v heads.
+  Tensor in_all;
   Tensor conv;     // [conv_dim, K] f32 (depthwise kernel, no bias)
   Tensor a_log;    // [n_head] f32
   Tensor dt_bias;  // [n_head] f32
   Tensor norm;     // [head_dim_v] f32, the gain γ as stored (not 1 + γ)
   Tensor out;      // [d_model, n_head*head_dim_v]
-  // in_qkv, in_z, in_b, in_a stacked [conv_dim + value_dim + 2 n_head,
-  // d_model]: when defined (accelerators) it replaces them, and one matmul
-  // makes all four projections.
-  Tensor in_all;
 };
 
 // Rows of up to this many tokens (decode steps, speculative verify windows)
@@ -50,18 +46,14 @@ constexpr int32_t kRecurrentFormMaxTokens = 16;
 // Chunk length of the chunked form (torch_chunk_gated_delta_rule's default).
 constexpr int64_t kDeltaRuleChunk = 64;
 
-// Qwen3_5GatedDeltaNet.forward for a flattened batch; each row continues the
-// conv and matrix state in its slot of `state`. `device`: the batch's layout on
-// an accelerator (the rows' slots there, so that decode steps replay).
-// x: [n_tokens, d_model] (already normed); out: [n_tokens, d_model]
-void gated_deltanet_block(const Tensor& x, const GatedDeltaNetWeights& w, const GatedDeltaNetShape& s,
-                          std::span<const ops::RecurrentRow> rows, const ops::RecurrentLayer& state,
-                          const Tensor& out, Scratch& scratch, const ops::DeviceBatch* device = nullptr);
-// The same up to out_proj: returns its input, the gated-normed core
-// [n_tokens, n_head*head_dim_v], in scratch. `projected`: for one token,
+// Qwen3_5GatedDeltaNet.forward for a flattened batch, up to out_proj: each
+// row continues the conv and matrix state in its slot of `state` (the slots
+// as `batch` holds them too, so that recorded decode steps follow the rows).
+// Returns out_proj's input, the gated-normed core [n_tokens, n_head*head_dim_v],
+// in scratch. x: [n_tokens, d_model] (already normed); `projected`:
 // x · in_allᵀ already computed (block_tail's next projection), or undefined.
 Tensor gated_deltanet_mix(const Tensor& x, const GatedDeltaNetWeights& w, const GatedDeltaNetShape& s,
                           std::span<const ops::RecurrentRow> rows, const ops::RecurrentLayer& state, Scratch& scratch,
-                          const ops::DeviceBatch* device = nullptr, const Tensor& projected = Tensor());
+                          const ops::BatchView& batch, const Tensor& projected = Tensor());
 
 }  // namespace augur

@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
-#include "backend/device.h"
 #include "core/error.h"
 #include "io/json_config.h"
+#include "model/weights.h"
 
 namespace augur {
 
@@ -63,240 +62,82 @@ BatchPlan plan_batch(std::span<const ForwardRow> rows, int64_t n_vocab, int64_t 
   return plan;
 }
 
-void take_ids(BatchPlan& plan, const Tensor& ids, Device device, int64_t n_vocab) {
-  if (!ids.defined()) return;
-  if (ids.dtype() != DType::I32 || !ids.is_contiguous() || ids.numel() != plan.n_tokens() || ids.device() != device)
-    fail("[forward] token ids ", ids.shape_str(), " should be ", plan.n_tokens(), " contiguous I32 on ",
-         device_name(device));
-  if (device != Device::CPU) return;
-  const int32_t* p = ids.data<int32_t>();
-  for (int64_t t = 0; t < plan.n_tokens(); ++t) {
-    if (p[t] < 0 || p[t] >= n_vocab) fail("[forward] token id ", p[t], " outside the vocabulary [0, ", n_vocab, ")");
-    plan.tokens[size_t(t)] = p[t];
-  }
-}
-
-void upload_plan(BatchPlan& plan, Device device, int64_t block_size, int64_t max_context) {
-  if (device == Device::CPU) return;
-  plan.device = ops::upload_batch(device, plan.tokens, plan.rows, block_size, max_context);
-}
-
-Tensor Scratch::get(const std::string& slot, std::initializer_list<int64_t> shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  Tensor& buf = buffers_[slot];
-  if (!buf.defined() || buf.numel() < n) buf = empty_on(device_, DType::F32, {std::max<int64_t>(n, 1)});
-  return Tensor::view_of(buf.buffer(), 0, DType::F32, shape.begin(), int(shape.size()));
-}
-
-namespace {
-
-// Attention grids are sized by a bound on the context: the next power of two
-// above the longest row (at least 256), capped by the cache. Decode graphs are
-// keyed by it, so a growing context re-captures only at powers of two.
-int64_t context_bucket(const BatchPlan& plan, const KvCache& kv) {
-  int64_t need = 1;
-  for (int32_t p : plan.positions) need = std::max<int64_t>(need, int64_t(p) + 1);
-  int64_t bucket = 256;
-  while (bucket < need) bucket *= 2;
-  return std::min(bucket, kv.n_blocks() * kv.block_size());
-}
-
-bool is_decode_step(const BatchPlan& plan) {
-  if (plan.logit_tokens.size() != plan.rows.size()) return false;
-  for (const auto& r : plan.rows)
-    if (r.n_tokens != 1) return false;
-  return true;
-}
-
-}  // namespace
-
-DeviceForward::DeviceForward(Device device, int64_t n_vocab, bool graphs)
-    : device_(device), n_vocab_(n_vocab), scratch_(device) {
-  const char* env = std::getenv("AUGUR_CUDA_GRAPHS");
-  graphs_ = graphs && device == Device::CUDA && !(env && std::string(env) == "0");
-}
-
-void DeviceForward::run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, const Body& body,
-                        const Tensor& ids) {
-  const int64_t ctx = context_bucket(plan, kv), n_out = int64_t(plan.logit_tokens.size());
-  // Logits asked for on the device are written in place.
-  const bool direct = logits.device() == device_ && logits.is_contiguous();
-  if (!graphs_ || !is_decode_step(plan)) {
-    upload_plan(plan, device_, kv.block_size(), ctx);
-    plan.device.fed_tokens = ids;
-    Tensor out = direct ? logits : scratch_.get("logits", {n_out, n_vocab_});
-    body(plan, scratch_, out);
-    if (!direct) copy_tensor(out, logits);
-    return;
-  }
-  auto& step = steps_[{kv.id(), int64_t(plan.rows.size()), ctx}];
-  const void* logits_at = direct ? logits.raw() : nullptr;
-  const void* ids_at = ids.defined() ? ids.raw() : nullptr;
-  if (!step || step->logits_at != logits_at || step->ids_at != ids_at) {
-    // First step of this shape (or of new addresses): run it eagerly (its
-    // allocations happen now, outside the recording), then record the same
-    // step for later replays.
-    if (!step) step = std::make_unique<Step>(Step{Scratch(device_), plan, nullptr});
-    step->plan = plan;
-    step->work.reset();
-    step->logits_at = logits_at;
-    step->ids_at = ids_at;
-    upload_plan(step->plan, device_, kv.block_size(), ctx);
-    step->plan.device.fed_tokens = ids;
-    Tensor out = direct ? logits : step->scratch.get("logits", {n_out, n_vocab_});
-    body(step->plan, step->scratch, out);
-    if (!direct) copy_tensor(out, logits);
-    step->work = capture(device_, [&] { body(step->plan, step->scratch, out); });
-    return;
-  }
-  ops::reupload_batch(step->plan.device, plan.tokens, plan.rows, kv.block_size());
-  step->work->replay();
-  if (!direct) copy_tensor(step->scratch.get("logits", {n_out, n_vocab_}), logits);
-}
-
-Tensor constant_f32(std::span<const float> values, Device device) {
-  Tensor host = Tensor::empty(DType::F32, {int64_t(values.size())});
-  std::copy(values.begin(), values.end(), host.data<float>());
-  return to_device(host, device);
-}
-
-Tensor stack_rows(std::initializer_list<Tensor> parts) {
-  AUGUR_ASSERT(parts.size() > 0, "stack_rows of nothing");
-  const Tensor& first = *parts.begin();
-  int64_t rows = 0;
-  for (const Tensor& p : parts) {
-    if (p.ndim() != 2 || p.dim(1) != first.dim(1) || p.dtype() != first.dtype() || p.device() != first.device())
-      fail("[stack_rows] ", p.shape_str(), " does not stack onto ", first.shape_str());
-    rows += p.dim(0);
-  }
-  Tensor out = empty_on(first.device(), first.dtype(), {rows, first.dim(1)});
-  int64_t at = 0;
-  for (const Tensor& p : parts) {
-    copy_tensor(p, out.slice_rows(at, at + p.dim(0)));
-    at += p.dim(0);
-  }
-  return out;
-}
-
-void add_bias(const Tensor& y, const Tensor& bias) {
-  if (!bias.defined()) return;
-  if (y.device() != Device::CPU) fail("[add_bias] biases are not supported on ", device_name(y.device()), " yet");
-  const int64_t N = y.dim(-1), M = y.numel() / N;
-  AUGUR_ASSERT(bias.numel() == N, "bias length");
-  float* p = y.data<float>();
-  const float* b = bias.data<float>();
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) p[m * N + n] += b[n];
-}
-
 Tensor attention_mix(const Tensor& x, const AttentionWeights& w, const AttentionShape& s, const Tensor& inv_freq,
-                     const BatchPlan& plan, const ops::KvLayer& kv, Scratch& scratch, const Tensor& projected) {
+                     const ops::BatchView& batch, const ops::KvLayer& kv, Scratch& scratch, const Tensor& projected) {
   const int64_t T = x.dim(0);
+  const int64_t q_width = (w.output_gate ? 2 : 1) * s.n_head * s.head_dim;
+  Tensor qkv = projected;
+  if (!qkv.defined()) {
+    qkv = scratch.get("attn.qkv", {T, q_width + 2 * s.n_head_kv * s.head_dim});
+    ops::linear(x, w.wqkv, qkv);
+  }
+  ops::add_bias(qkv, w.bqkv);
+  // q/k norm, RoPE, the cache writes (and the output gates copied out), then
+  // attention and the gate.
   Tensor q = scratch.get("attn.q", {T, s.n_head, s.head_dim});
-  Tensor gate;  // [T, n_head * head_dim] with an output gate
-  const ops::BatchView batch = plan.view();
-  if (w.wqkv.defined()) {
-    // Fused: one projection, then q/k norm, RoPE and the cache writes in one
-    // pass (which also copies out the output gates of gated attention).
-    const int64_t q_width = (w.output_gate ? 2 : 1) * s.n_head * s.head_dim;
-    Tensor qkv = projected;
-    if (!qkv.defined()) {
-      qkv = scratch.get("attn.qkv", {T, q_width + 2 * s.n_head_kv * s.head_dim});
-      ops::linear(x, w.wqkv, qkv);
-    }
-    if (!w.output_gate) {  // where the backend fuses them (ops.h), attention does the norms, RoPE and cache writes
-      Tensor attn = scratch.get("attn.out", {T, s.n_head, s.head_dim});
-      Tensor workspace = scratch.get("attn.workspace", {ops::attention_workspace(q, batch)});
-      if (ops::qkv_rope_attention(qkv, w.q_norm, w.k_norm, s.norm_eps, batch, inv_freq, kv, s.scale, s.window, attn,
-                                  workspace))
-        return attn.reshape({T, s.n_head * s.head_dim});
-    }
-    if (w.output_gate) gate = scratch.get("attn.gate", {T, s.n_head * s.head_dim});
-    ops::qkv_rope_store(qkv, w.q_norm, w.k_norm, s.norm_eps, batch, inv_freq, kv, q, gate);
-  } else if (w.output_gate) {
-    AUGUR_ASSERT(!projected.defined(), "attention_mix: a projection made ahead needs wqkv");
-    // q_proj(x).view(T, n_head, 2 * head_dim).chunk(2, -1): query, then gate
-    Tensor qg = scratch.get("attn.qg", {T * s.n_head, 2 * s.head_dim});
-    ops::linear(x, w.wq, qg.reshape({T, s.n_head * 2 * s.head_dim}));
-    add_bias(qg.reshape({T, s.n_head * 2 * s.head_dim}), w.bq);
-    gate = scratch.get("attn.gate", {T, s.n_head * s.head_dim});
-    ops::slice_cols(qg, 0, q.reshape({T * s.n_head, s.head_dim}));
-    ops::slice_cols(qg, s.head_dim, gate.reshape({T * s.n_head, s.head_dim}));
-  } else {
-    AUGUR_ASSERT(!projected.defined(), "attention_mix: a projection made ahead needs wqkv");
-    ops::linear(x, w.wq, q.reshape({T, s.n_head * s.head_dim}));
-    add_bias(q, w.bq);
-  }
-  if (!w.wqkv.defined()) {
-    Tensor k = scratch.get("attn.k", {T, s.n_head_kv, s.head_dim});
-    Tensor v = scratch.get("attn.v", {T, s.n_head_kv, s.head_dim});
-    ops::linear(x, w.wk, k.reshape({T, s.n_head_kv * s.head_dim}));
-    ops::linear(x, w.wv, v.reshape({T, s.n_head_kv * s.head_dim}));
-    add_bias(k, w.bk);
-    add_bias(v, w.bv);
-    if (w.q_norm.defined()) {  // Qwen3: RMSNorm over each head before RoPE
-      ops::rms_norm(q, w.q_norm, s.norm_eps, q);
-      ops::rms_norm(k, w.k_norm, s.norm_eps, k);
-    }
-    ops::rope(q, batch, inv_freq);
-    ops::rope(k, batch, inv_freq);
-    ops::store_kv(k, v, batch, kv);
-  }
+  Tensor gate = w.output_gate ? scratch.get("attn.gate", {T, s.n_head * s.head_dim}) : Tensor();
   Tensor attn = scratch.get("attn.out", {T, s.n_head, s.head_dim});
   Tensor workspace = scratch.get("attn.workspace", {ops::attention_workspace(q, batch)});
-  ops::paged_attention(q, kv, batch, s.scale, s.window, attn, workspace);
-  Tensor flat = attn.reshape({T, s.n_head * s.head_dim});
-  if (w.output_gate) ops::sigmoid_mul(flat, gate, flat);
-  return flat;
+  ops::qkv_rope_attention(qkv, w.q_norm, w.k_norm, s.norm_eps, batch, inv_freq, kv, s.scale, s.window, q, gate, attn,
+                          workspace);
+  return attn.reshape({T, s.n_head * s.head_dim});
 }
 
-void attention_block(const Tensor& x, const AttentionWeights& w, const AttentionShape& s,
-                     const Tensor& inv_freq, const BatchPlan& plan,
-                     const ops::KvLayer& kv, const Tensor& out, Scratch& scratch) {
-  ops::linear(attention_mix(x, w, s, inv_freq, plan, kv, scratch), w.wo, out);
-  add_bias(out, w.bo);
+Tensor stack_vectors(std::initializer_list<Tensor> parts) {
+  std::vector<Tensor> columns;
+  int64_t n = 0;
+  for (const Tensor& p : parts) {
+    columns.push_back(p.reshape({p.numel(), 1}));
+    n += p.numel();
+  }
+  return stack_rows(columns).reshape({n});
+}
+
+MlpWeights load_swiglu(WeightSource& w, const std::string& p, int64_t d_model, int64_t d_ff, bool bias) {
+  MlpWeights m;
+  const Tensor gate_up[] = {w.matrix(p + "gate_proj.weight", {d_ff, d_model}),
+                            w.matrix(p + "up_proj.weight", {d_ff, d_model})};
+  m.gate_up = stack_rows(gate_up);
+  m.down = w.matrix(p + "down_proj.weight", {d_model, d_ff});
+  if (bias) {
+    m.b_gate_up = stack_vectors({w.vector_f32(p + "gate_proj.bias", d_ff), w.vector_f32(p + "up_proj.bias", d_ff)});
+    m.b_down = w.vector_f32(p + "down_proj.bias", d_model);
+  }
+  return m;
 }
 
 void swiglu_mlp(const Tensor& x, const MlpWeights& w, const Tensor& out, Scratch& scratch) {
-  if (w.gate_up.defined()) {  // fused gate/up: one projection, SwiGLU over its halves
-    const int64_t T = x.dim(0), d_ff = w.gate_up.dim(0) / 2;
-    Tensor gate_up = scratch.get("mlp.gate_up", {T, 2 * d_ff});
-    Tensor act = scratch.get("mlp.act", {T, d_ff});
-    ops::linear(x, w.gate_up, gate_up);
+  const int64_t T = x.dim(0), d_ff = w.gate_up.dim(0) / 2;
+  Tensor gate_up = scratch.get("mlp.gate_up", {T, 2 * d_ff});
+  Tensor act = scratch.get("mlp.act", {T, d_ff});
+  ops::linear(x, w.gate_up, gate_up);
+  if (!w.b_gate_up.defined() && !w.b_down.defined()) {
     ops::swiglu_linear(gate_up, w.down, act, out);
     return;
   }
-  const int64_t T = x.dim(0), d_ff = w.gate.dim(0);
-  Tensor gate = scratch.get("mlp.gate", {T, d_ff});
-  Tensor up = scratch.get("mlp.up", {T, d_ff});
-  ops::linear(x, w.gate, gate);
-  ops::linear(x, w.up, up);
-  add_bias(gate, w.b_gate);
-  add_bias(up, w.b_up);
-  ops::swiglu(gate, up, gate);
-  ops::linear(gate, w.down, out);
-  add_bias(out, w.b_down);
+  ops::add_bias(gate_up, w.b_gate_up);
+  ops::swiglu_packed(gate_up, act);
+  ops::linear(act, w.down, out);
+  ops::add_bias(out, w.b_down);
 }
 
 Tensor block_tail(const Tensor& a, const Tensor& w_out, const Tensor& b_out, const Tensor& x, const Tensor& norm,
                   float eps, const MlpWeights& mlp, const Tensor& h, const Tensor& out, Scratch& scratch,
                   const Tensor& next_w, const Tensor& next_norm, const Tensor& y_next) {
-  if (!b_out.defined() && mlp.gate_up.defined() && ops::decode_tail_fits(a, w_out, mlp.gate_up, mlp.down)) {
-    const int64_t T = a.dim(0), d_ff = mlp.down.dim(1);
-    const bool next = next_w.defined() && ops::decode_tail_fits(a, w_out, mlp.gate_up, mlp.down, next_w);
-    Tensor y;
-    if (next) y = y_next.defined() ? y_next : scratch.get("tail.next" + std::to_string(next_w.dim(0)), {T, next_w.dim(0)});
-    ops::decode_tail(a, w_out, x, norm, eps, mlp.gate_up, mlp.down, scratch.get("tail.o", {T, x.dim(1)}),
-                     scratch.get("mlp.act", {T, d_ff}), out, next ? next_w : Tensor(),
-                     next ? next_norm : Tensor(), y);
-    return y;
+  if (b_out.defined() || mlp.b_gate_up.defined() || mlp.b_down.defined()) {  // biases: the ops one by one
+    ops::linear(a, w_out, out);
+    ops::add_bias(out, b_out);
+    ops::add_rms_norm(x, out, norm, eps, h);  // x += out; h = norm(x)
+    swiglu_mlp(h, mlp, out, scratch);
+    return Tensor();
   }
-  ops::linear(a, w_out, out);
-  add_bias(out, b_out);
-  ops::add_rms_norm(x, out, norm, eps, h);  // x += out; h = norm(x)
-  swiglu_mlp(h, mlp, out, scratch);
-  return Tensor();
+  const int64_t T = a.dim(0), d_ff = mlp.down.dim(1);
+  Tensor y;
+  if (next_w.defined())
+    y = y_next.defined() ? y_next : scratch.get("tail.next" + std::to_string(next_w.dim(0)), {T, next_w.dim(0)});
+  ops::block_tail(a, w_out, x, norm, eps, mlp.gate_up, mlp.down, h, scratch.get("mlp.gate_up", {T, 2 * d_ff}),
+                  scratch.get("mlp.act", {T, d_ff}), out, next_w, next_norm, y);
+  return y;
 }
 
 Tensor first_block_input(const Tensor& x, const Tensor& norm, float eps, const Tensor& w, const Tensor& h,
@@ -310,9 +151,9 @@ Tensor first_block_input(const Tensor& x, const Tensor& norm, float eps, const T
   return y;
 }
 
-bool logits_of_every_token(const BatchPlan& plan, const Tensor& x, const Tensor& logits) {
+bool logits_of_every_token(const BatchPlan& plan) {
   const int64_t n_out = int64_t(plan.logit_tokens.size());
-  if (n_out == 0 || n_out != x.dim(0) || !logits.defined() || logits.device() != x.device()) return false;
+  if (n_out == 0 || n_out != plan.n_tokens()) return false;
   for (int64_t i = 0; i < n_out; ++i)
     if (plan.logit_tokens[size_t(i)] != i) return false;
   return true;
@@ -322,7 +163,7 @@ void output_logits(const Tensor& x, const Tensor& norm, float eps, const Tensor&
                    const BatchPlan& plan, const Tensor& logits, Scratch& scratch) {
   const int64_t d_model = x.dim(1), n_out = int64_t(plan.logit_tokens.size());
   if (n_out == 0) return;
-  if (logits_of_every_token(plan, x, logits)) {  // no rows to gather: the norm in the head's GEMV where it fits
+  if (logits_of_every_token(plan)) {  // no rows to gather: the norm in the head's matmul
     ops::rms_norm_linear(x, norm, eps, head, scratch.get("out.h", {n_out, d_model}), logits);
     return;
   }

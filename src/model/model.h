@@ -12,38 +12,12 @@
 #include <vector>
 
 #include "backend/device.h"
+#include "backend/executor.h"
+#include "backend/kv_cache.h"
 #include "backend/ops.h"
 #include "core/tensor.h"
 
 namespace augur {
-
-// What the KV cache of a model looks like.
-struct KvSpec {
-  int64_t n_layer = 0;  // layers that keep K/V
-  int64_t n_head_kv = 0;
-  int64_t head_dim = 0;
-  int64_t bytes_per_token(Device d = Device::CPU) const {
-    return n_layer * n_head_kv * head_dim * 2 * int64_t(dtype_size(kv_dtype(d)));
-  }
-  // K/V are f32 on the CPU (exact against the reference), f16 on CUDA (8x
-  // less rounding than bf16; K and V stay far inside its range, and stores
-  // saturate rather than overflow; see device_half).
-  static DType kv_dtype(Device d) { return device_half(d); }
-};
-
-// What the recurrent state of a model looks like (linear-attention layers:
-// Gated DeltaNet). Each live sequence owns one slot holding, per such layer, the
-// conv tail and the delta-rule matrix state, in f32.
-struct RecurrentSpec {
-  int64_t n_layer = 0;     // layers that keep recurrent state
-  int64_t conv_dim = 0;    // channels of the causal conv (q, k and v)
-  int64_t conv_tail = 0;   // conv inputs kept per channel (kernel size - 1)
-  int64_t n_head = 0;      // value heads: one state matrix each
-  int64_t head_dim_k = 0;
-  int64_t head_dim_v = 0;
-  int64_t floats_per_layer() const { return conv_tail * conv_dim + n_head * head_dim_k * head_dim_v; }
-  int64_t bytes_per_slot() const { return n_layer * floats_per_layer() * 4; }
-};
 
 struct ModelInfo {
   std::string model_type;       // config.json model_type, e.g. "qwen3"
@@ -62,50 +36,6 @@ struct ModelInfo {
   RecurrentSpec recurrent;      // n_layer 0: no recurrent state
 };
 
-// Paged K/V storage for all layers: fixed-size blocks of token slots, handed
-// out to sequences by the runtime's block allocator; plus, for models with
-// recurrent layers, n_slots recurrent-state slots (one per live sequence),
-// handed out by the runtime's slot pool.
-class KvCache {
- public:
-  KvCache(const KvSpec& spec, int64_t n_blocks, int64_t block_size, Device device = Device::CPU);
-  KvCache(const KvSpec& spec, int64_t n_blocks, int64_t block_size, const RecurrentSpec& recurrent,
-          int64_t n_slots, Device device = Device::CPU);
-  const ops::KvLayer& layer(int64_t i) const { return layers_[size_t(i)]; }
-  int64_t n_blocks() const { return n_blocks_; }
-  int64_t block_size() const { return block_size_; }
-  // Unique over the process: tells caches apart even when one reuses the
-  // memory of another (captured decode graphs are keyed by it).
-  uint64_t id() const { return id_; }
-  const KvSpec& spec() const { return spec_; }
-  // Copies the contents of block `src` into block `dst` in every layer
-  // (copy-on-write of a shared, partly filled block).
-  void copy_block(int32_t src, int32_t dst);
-
-  // Recurrent state of the i-th recurrent layer (not the model's layer index).
-  const ops::RecurrentLayer& recurrent_layer(int64_t i) const { return recurrent_[size_t(i)]; }
-  const RecurrentSpec& recurrent_spec() const { return rspec_; }
-  bool has_recurrent() const { return rspec_.n_layer > 0; }
-  int64_t n_slots() const { return n_slots_; }
-  // The empty state (a sequence at position 0).
-  void zero_slot(int32_t slot);
-  // A copy of one slot's state, every recurrent layer: [floats per slot] f32,
-  // on the cache's device. load_slot writes such a copy back, bit for bit.
-  Tensor save_slot(int32_t slot) const;
-  void load_slot(int32_t slot, const Tensor& saved);
-
- private:
-  uint64_t id_;
-  KvSpec spec_;
-  int64_t n_blocks_;
-  int64_t block_size_;
-  std::vector<ops::KvLayer> layers_;
-  RecurrentSpec rspec_;
-  int64_t n_slots_ = 0;
-  std::vector<ops::RecurrentLayer> recurrent_;
-  Tensor zeros_;  // accelerators: one slot's worth of zeros (zero_slot copies it)
-};
-
 struct ForwardRow {
   std::span<const int32_t> tokens;
   int32_t pos0 = 0;                     // position of tokens[0]
@@ -122,17 +52,23 @@ class Model {
  public:
   virtual ~Model() = default;
   const ModelInfo& info() const { return info_; }
-  // logits: [sum of rows' n_logits, n_vocab] f32, rows in order, on the host
-  // or (accelerator models) on the model's device, where they then stay.
-  void forward(std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits) {
-    forward(rows, kv, logits, Tensor());
-  }
-  // The same with the token ids read from `ids` ([n_tokens] i32 on the
-  // model's device: a previous step's samples, ops::SampledIds::device()),
-  // the rows' tokens only counting them.
-  virtual void forward(std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits, const Tensor& ids) = 0;
+  // One forward over a flattened batch, run by `executor` (the model's
+  // device's). logits: [sum of rows' n_logits, n_vocab] f32, rows in order,
+  // on the host or the executor's device. ids: the rows' token ids already on
+  // the device ([n_tokens] i32: a previous step's samples), the rows' tokens
+  // then only counting them; or undefined. taps: records intermediate
+  // tensors by name and layer ("embed.0", "attn_out.i", "mlp_out.i", "hidden.i":
+  // the residual stream after layer i), or null.
+  void forward(Executor& executor, std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits,
+               const Tensor& ids = Tensor(), Taps* taps = nullptr);
 
  protected:
+  // Checks the rows against the cache and readies their state (host work
+  // before the forward: a recurrent row at position 0 starts from the empty state).
+  virtual void prepare(std::span<const ForwardRow> rows, KvCache& kv) = 0;
+  // The forward's ops (an Executor::Body, with kv and taps).
+  virtual void layers(const BatchPlan& plan, KvCache& kv, Scratch& scratch, const Tensor& logits, Taps* taps) = 0;
+
   ModelInfo info_;
 };
 

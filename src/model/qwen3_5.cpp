@@ -70,20 +70,21 @@ std::unique_ptr<Model> make(const JsonConfig& top, WeightSource& w, ModelInfo in
   const std::string root = w.has("model.language_model.embed_tokens.weight") ? "model.language_model." : "model.";
   const int64_t d = c.d_model;
   const GatedDeltaNetShape& s = c.gdn;
-  HybridWeights hw;
+  StackWeights hw;
   Progress progress("loading weights", c.n_layer + 1);
   hw.embed = w.matrix(root + "embed_tokens.weight", {c.n_vocab, d});
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string p = root + "layers." + std::to_string(i) + ".";
-    HybridLayer l;
+    Block l;
     l.linear = c.linear[size_t(i)];
     l.attn_norm = load_centred_norm(w, p + "input_layernorm.weight", d);
     if (l.linear) {
       const std::string q = p + "linear_attn.";
-      l.gdn.in_qkv = w.matrix(q + "in_proj_qkv.weight", {s.conv_dim(), d});
-      l.gdn.in_z = w.matrix(q + "in_proj_z.weight", {s.value_dim(), d});
-      l.gdn.in_b = w.matrix(q + "in_proj_b.weight", {s.n_head, d});
-      l.gdn.in_a = w.matrix(q + "in_proj_a.weight", {s.n_head, d});
+      const Tensor in[] = {w.matrix(q + "in_proj_qkv.weight", {s.conv_dim(), d}),
+                           w.matrix(q + "in_proj_z.weight", {s.value_dim(), d}),
+                           w.matrix(q + "in_proj_b.weight", {s.n_head, d}),
+                           w.matrix(q + "in_proj_a.weight", {s.n_head, d})};
+      l.gdn.in_all = stack_rows(in);
       load_deltanet_common(w, p, c, l.gdn);
     } else {
       l.attn = load_gated_attention(w, p, c);
@@ -100,7 +101,7 @@ std::unique_ptr<Model> make(const JsonConfig& top, WeightSource& w, ModelInfo in
   hw.final_norm = load_centred_norm(w, root + "norm.weight", d);
   hw.head = c.tie_embeddings ? hw.embed : w.matrix("lm_head.weight", {c.n_vocab, d});
   progress.update(c.n_layer + 1);
-  return make_hybrid_model(c, std::move(hw), w, std::move(info));
+  return make_stack_model(c, std::move(hw), w, std::move(info));
 }
 
 }  // namespace

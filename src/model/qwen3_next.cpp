@@ -79,22 +79,22 @@ std::unique_ptr<Model> make_qwen3_next(const JsonConfig& cfg, WeightSource& w, M
   qkvz_rows(s, qkv_rows, z_rows);
   ba_rows(s, b_rows, a_rows);
 
-  HybridWeights hw;
+  StackWeights hw;
   Progress progress("loading weights", c.n_layer + 1);
   hw.embed = w.matrix("model.embed_tokens.weight", {c.n_vocab, d});
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    HybridLayer l;
+    Block l;
     l.linear = c.linear[size_t(i)];
     l.attn_norm = load_centred_norm(w, p + "input_layernorm.weight", d);
     if (l.linear) {
       const std::string q = p + "linear_attn.";
       const Tensor qkvz = w.matrix(q + "in_proj_qkvz.weight", {s.conv_dim() + s.value_dim(), d});
       const Tensor ba = w.matrix(q + "in_proj_ba.weight", {2 * s.n_head, d});
-      l.gdn.in_qkv = select_rows(qkvz, qkv_rows);
-      l.gdn.in_z = select_rows(qkvz, z_rows);
-      l.gdn.in_b = select_rows(ba, b_rows);
-      l.gdn.in_a = select_rows(ba, a_rows);
+      // Regrouped into the canonical [q | k | v], z, b, a, stacked.
+      const Tensor in[] = {select_rows(qkvz, qkv_rows), select_rows(qkvz, z_rows), select_rows(ba, b_rows),
+                           select_rows(ba, a_rows)};
+      l.gdn.in_all = stack_rows(in);
       load_deltanet_common(w, p, c, l.gdn);
     } else {
       l.attn = load_gated_attention(w, p, c);
@@ -111,7 +111,7 @@ std::unique_ptr<Model> make_qwen3_next(const JsonConfig& cfg, WeightSource& w, M
   hw.final_norm = load_centred_norm(w, "model.norm.weight", d);
   hw.head = c.tie_embeddings ? hw.embed : w.matrix("lm_head.weight", {c.n_vocab, d});
   progress.update(c.n_layer + 1);
-  return make_hybrid_model(c, std::move(hw), w, std::move(info));
+  return make_stack_model(c, std::move(hw), w, std::move(info));
 }
 
 }  // namespace augur

@@ -165,6 +165,12 @@ Tensor WeightSource::vector_f32(std::string_view name, int64_t n, float add) {
   return place(out, false);
 }
 
+Tensor WeightSource::constant_f32(std::span<const float> values) const {
+  Tensor out = Tensor::empty(DType::F32, {int64_t(values.size())});
+  std::copy(values.begin(), values.end(), out.data<float>());
+  return place(out, false);
+}
+
 Tensor WeightSource::tensor_f32(std::string_view name, std::initializer_list<int64_t> shape) {
   Tensor t = fetch_canonical(name, std::vector<int64_t>(shape), false);
   n_params_ += t.numel();
@@ -172,21 +178,6 @@ Tensor WeightSource::tensor_f32(std::string_view name, std::initializer_list<int
   Tensor out = Tensor::empty(DType::F32, t.shape().data(), t.ndim());
   for (int64_t i = 0; i < t.numel(); ++i) out.data<float>()[i] = to_f32(t, i);
   return place(out, false);
-}
-
-Tensor select_rows(const Tensor& w, const std::vector<int64_t>& rows) {
-  if (w.device() != Device::CPU)  // regrouped on the host, then placed back
-    return to_device(select_rows(to_device(w, Device::CPU), rows), w.device());
-  AUGUR_ASSERT(w.ndim() == 2 && w.is_contiguous(), "select_rows of a 2-D contiguous weight");
-  const int64_t shape[2] = {int64_t(rows.size()), w.dim(1)};
-  Tensor out = Tensor::empty(w.dtype(), shape, 2);
-  const size_t row_bytes = size_t(w.dim(1)) * dtype_size(w.dtype());
-  for (size_t i = 0; i < rows.size(); ++i) {
-    AUGUR_ASSERT(rows[i] >= 0 && rows[i] < w.dim(0), "select_rows: row out of range");
-    std::memcpy(static_cast<char*>(out.raw()) + i * row_bytes,
-                static_cast<const char*>(w.raw()) + size_t(rows[i]) * row_bytes, row_bytes);
-  }
-  return out;
 }
 
 std::unique_ptr<WeightSource> checkpoint_weights(std::shared_ptr<const Checkpoint> ckpt) {

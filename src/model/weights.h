@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,7 +52,10 @@ class WeightSource {
   // A small tensor of any rank (conv kernels) as an f32 copy of the stored shape.
   Tensor tensor_f32(std::string_view name, std::initializer_list<int64_t> shape);
 
-  // Where matrix(), vector_f32() and tensor_f32() put what they return (the
+  // A table the model computes (RoPE frequencies), placed as vectors are.
+  Tensor constant_f32(std::span<const float> values) const;
+
+  // Where matrix(), vector_f32(), tensor_f32() and constant_f32() put what they return (the
   // CPU by default). On CUDA matrices are f16 where their values fit its
   // range, else bf16 (f32 is rounded to bf16 first).
   void set_device(Device d) { device_ = d; }
@@ -73,10 +77,6 @@ class WeightSource {
   int64_t n_params_ = 0;
   int64_t bytes_ = 0;
 };
-
-// A new matrix holding rows `rows` of the 2-D weight `w`, in that order, in
-// w's dtype and on w's device (regrouping fused projections at load time).
-Tensor select_rows(const Tensor& w, const std::vector<int64_t>& rows);
 
 std::unique_ptr<WeightSource> checkpoint_weights(std::shared_ptr<const Checkpoint> ckpt);
 // Matrices ~ U(-a, a) with a = sqrt(3 / fan_in) (std 1/sqrt(fan_in)), vectors

@@ -11,6 +11,7 @@ namespace augur {
 Runner::Runner(Model& model, const RunnerOptions& opts)
     : model_(&model),
       opts_(opts),
+      executor_(model.info().device),
       kv_(model.info().kv, (opts.max_cached_tokens + opts.block_size - 1) / opts.block_size, opts.block_size,
           model.info().recurrent, opts.max_sequences, model.info().device),
       pool_(kv_.n_blocks()),
@@ -63,7 +64,7 @@ Tensor Runner::run(std::span<Sequence* const> seqs, std::span<const std::span<co
   } else {
     logits = Tensor::empty(DType::F32, {n_out, n_vocab});
   }
-  model_->forward(rows, kv_, logits, ids);
+  model_->forward(executor_, rows, kv_, logits, ids);
   return logits;
 }
 

@@ -68,6 +68,7 @@ class Runner {
              std::span<const int32_t> n_logits, LogitsOn on, const Tensor& ids);
   Model* model_;
   RunnerOptions opts_;
+  Executor executor_;
   KvCache kv_;
   BlockPool pool_;
   SlotPool slots_;

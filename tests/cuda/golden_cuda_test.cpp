@@ -155,8 +155,11 @@ TEST_P(CudaGolden, GreedyMatchesWhereTheMarginIsClear) {
 
 // A replayed decode graph computes exactly what the eager step computes.
 TEST_P(CudaGolden, DecodeGraphsEqualEagerSteps) {
+  const CudaSettings saved = cuda_settings();
   auto decode = [&](bool graphs) {
-    setenv("AUGUR_CUDA_GRAPHS", graphs ? "1" : "0", 1);
+    CudaSettings settings = saved;
+    settings.graphs = graphs;
+    set_cuda_settings(settings);
     auto model = load_model(dir_, Device::CUDA);
     RunnerOptions ro;
     ro.block_size = 4;  // steps cross blocks, so the tables change between replays
@@ -169,51 +172,12 @@ TEST_P(CudaGolden, DecodeGraphsEqualEagerSteps) {
       int32_t t = argmax(out.back());
       l = runner.feed(*seq, std::span<const int32_t>(&t, 1));
     }
-    unsetenv("AUGUR_CUDA_GRAPHS");
+    set_cuda_settings(saved);
     return out;
   };
   auto eager = decode(false), graphed = decode(true);
   ASSERT_EQ(eager.size(), graphed.size());
   for (size_t i = 0; i < eager.size(); ++i) EXPECT_EQ(eager[i], graphed[i]) << "step " << i;
-}
-
-// The decode attention doing q/k norm, RoPE and the cache write itself
-// (decode_attention_rope, off by default) gives the same logits, bit for bit,
-// as the separate kernel, eagerly and in replayed graphs, one row and four.
-TEST_P(CudaGolden, DecodeAttentionRopeEqualsSeparateKernel) {
-  auto decode = [&](int variant) {
-    cuda::detail::attention_rope_variant() = variant;
-    auto model = load_model(dir_, Device::CUDA);
-    RunnerOptions ro;
-    ro.block_size = 4;  // steps cross blocks
-    Runner runner(*model, ro);
-    std::vector<std::unique_ptr<Sequence>> seqs;
-    std::vector<Sequence*> ptrs;
-    std::vector<int32_t> next;
-    for (const auto& p : std::vector<std::vector<int32_t>>{ref_ids(ref_, "prompt_0"), {7, 8, 9}, {42}, {5, 6}}) {
-      seqs.push_back(runner.new_sequence());
-      ptrs.push_back(seqs.back().get());
-      next.push_back(argmax(row(runner.feed(*seqs.back(), p), 0)));
-    }
-    std::vector<std::vector<float>> out;
-    for (int s = 0; s < 12; ++s) {
-      // Steps 0-5: the first row alone; then all four in one batch.
-      const size_t n = s < 6 ? 1 : ptrs.size();
-      std::vector<std::span<const int32_t>> feed;
-      for (size_t r = 0; r < n; ++r) feed.emplace_back(&next[r], 1);
-      std::vector<int32_t> wants(n, 1);
-      Tensor l = runner.step(std::span<Sequence* const>(ptrs.data(), n), feed, wants);
-      for (size_t r = 0; r < n; ++r) {
-        out.push_back(row(l, int64_t(r)));
-        next[r] = argmax(out.back());
-      }
-    }
-    cuda::detail::attention_rope_variant() = -1;
-    return out;
-  };
-  auto separate = decode(0), fused = decode(1);
-  ASSERT_EQ(separate.size(), fused.size());
-  for (size_t i = 0; i < separate.size(); ++i) EXPECT_EQ(separate[i], fused[i]) << "logits row " << i;
 }
 
 // Several sequences decoded in one batch equal each decoded alone (within

@@ -38,7 +38,8 @@ Tensor forward_all(Model& model, const std::vector<int32_t>& prompt, int64_t blo
   std::iota(table.begin(), table.end(), 0);
   ForwardRow row{prompt, 0, table, int32_t(n), 0};
   Tensor logits = Tensor::empty(DType::F32, {n, model.info().n_vocab});
-  model.forward({&row, 1}, kv, logits);
+  Executor executor(Device::CPU);
+  model.forward(executor, {&row, 1}, kv, logits);
   return logits;
 }
 
@@ -60,10 +61,11 @@ std::vector<int32_t> greedy(Model& model, std::vector<int32_t> prompt, int steps
   std::vector<int32_t> out;
   std::vector<int32_t> feed = prompt;
   int32_t pos = 0;
+  Executor executor(Device::CPU);
   for (int s = 0; s < steps; ++s) {
     ForwardRow row{feed, pos, table, 1, 0};  // slot 0 carries any recurrent state
     Tensor logits = Tensor::empty(DType::F32, {1, V});
-    model.forward({&row, 1}, kv, logits);
+    model.forward(executor, {&row, 1}, kv, logits);
     pos += int32_t(feed.size());
     const float* l = logits.data<float>();
     int32_t best = int32_t(std::max_element(l, l + V) - l);
@@ -119,6 +121,53 @@ TEST_P(Golden, LongPromptLastLogitsMatchReference) {
   std::printf("[golden] %s long (%lld tokens): max |logit - reference| over the last 8 = %.3g\n",
               GetParam().c_str(), (long long)n, err);
   EXPECT_LT(err, 1e-3f);
+}
+
+// Layer by layer against the reference's hidden states (hidden_0: the
+// embeddings, then each layer's output, the last one after the final norm;
+// layer_out_0: each decoder layer's raw output, from hooks), through the
+// model's taps: when a family breaks, the first layer that diverges is named.
+TEST_P(Golden, LayerOutputsMatchReference) {
+  const std::string dir = kData + "/" + GetParam();
+  Reference ref{SafetensorsFile::open(dir + "/reference.safetensors")};
+  ASSERT_TRUE(ref.file->find("layer_out_0")) << "regenerate with tools/fixtures/make_fixtures.py --augment";
+  auto model = load_model(dir);
+  const auto prompt = ref.ids("prompt_0");
+  const int64_t n = int64_t(prompt.size()), d = model->info().d_model, L = model->info().n_layer;
+  KvCache kv(model->info().kv, (n + 15) / 16, 16, model->info().recurrent, 1);
+  std::vector<int32_t> table(size_t(kv.n_blocks()));
+  std::iota(table.begin(), table.end(), 0);
+  ForwardRow row{prompt, 0, table, 1, 0};
+  Tensor logits = Tensor::empty(DType::F32, {1, model->info().n_vocab});
+  Executor executor(Device::CPU);
+  Taps taps;
+  model->forward(executor, {&row, 1}, kv, logits, Tensor(), &taps);
+
+  const Tensor hidden = ref.get("hidden_0"), layer_out = ref.get("layer_out_0");  // [L+1, n, d], [L, n, d]
+  ASSERT_EQ(layer_out.dim(0), L);
+  auto check = [&](const std::string& key, const float* want) {
+    const Tensor got = taps.get(key);
+    if (!got.defined()) return std::string("no tap ") + key;
+    if (got.numel() != n * d) return key + " has " + std::to_string(got.numel()) + " values";
+    float scale = 1;
+    for (int64_t i = 0; i < n * d; ++i) scale = std::max(scale, std::fabs(want[i]));
+    const float err = max_abs_diff(got.data<float>(), want, n * d);
+    std::printf("[golden] %s %s: max |tap - reference| = %.3g (values up to %.3g)\n", GetParam().c_str(),
+                key.c_str(), err, scale);
+    return err < 1e-4f * scale ? std::string() : key + " diverges: max error " + std::to_string(err);
+  };
+  std::string first = check("embed.0", hidden.data<float>());
+  for (int64_t i = 0; i < L && first.empty(); ++i) first = check("hidden." + std::to_string(i), layer_out.data<float>() + i * n * d);
+  EXPECT_EQ(first, "") << GetParam() << ": the first diverging tap";
+  for (const char* name : {"attn_out", "mlp_out"})
+    for (int64_t i = 0; i < L; ++i) EXPECT_TRUE(taps.get(std::string(name) + "." + std::to_string(i)).defined());
+  // hidden_0's entries between the first and the last are the same layer outputs.
+  for (int64_t i = 0; i + 1 < L; ++i)
+    EXPECT_EQ(max_abs_diff(hidden.data<float>() + (i + 1) * n * d, layer_out.data<float>() + i * n * d, n * d), 0.0f);
+  // A forward with taps is the same forward: its logits are the untapped ones.
+  Tensor plain = forward_all(*model, prompt);
+  EXPECT_LT(max_abs_diff(logits.data<float>(), plain.data<float>() + (n - 1) * model->info().n_vocab,
+                         model->info().n_vocab), 1e-5f);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Golden,

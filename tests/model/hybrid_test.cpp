@@ -52,7 +52,8 @@ Tensor forward_all(Model& model, const std::vector<int32_t>& ids) {
   std::iota(table.begin(), table.end(), 0);
   ForwardRow row{ids, 0, table, int32_t(n), 0};
   Tensor logits = Tensor::empty(DType::F32, {n, model.info().n_vocab});
-  model.forward({&row, 1}, kv, logits);
+  Executor executor(Device::CPU);
+  model.forward(executor, {&row, 1}, kv, logits);
   return logits;
 }
 

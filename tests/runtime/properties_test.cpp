@@ -392,7 +392,8 @@ TEST_P(Properties, StateSlotsAreLimitedAndReturned) {
   ForwardRow row{ids, 0, table, 1};
   Tensor logits = Tensor::empty(DType::F32, {1, model_->info().n_vocab});
   try {
-    model_->forward({&row, 1}, kv, logits);
+    Executor executor(Device::CPU);
+    model_->forward(executor, {&row, 1}, kv, logits);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("recurrent state"), std::string::npos) << e.what();

@@ -96,9 +96,6 @@ struct Context {
   DeviceBuffer splitk_partials;     // kSplitKPartialBytes: skinny-GEMM split-K partial sums
   DeviceBuffer splitk_counters;     // kSplitKCounters int32, zero between launches
   DeviceBuffer attn_counters;       // kAttnCounters int32: flash-decoding split counters, zero between launches
-  DeviceBuffer tail_barrier;        // 4 uint32: decode_tail's grid barriers, zero between launches
-  DeviceBuffer tail_counters;       // kTailCounters int32: decode_tail's split-tile arrivals, zero between launches
-  DeviceBuffer tail_partials;       // decode_tail's partial sums: 2 slots x 8 floats a warp (8 warps an SM)
   DeviceBuffer x_bf16;              // grows: bf16 copy of x for cuBLASLt
 
   std::mutex lt_mutex;              // guards lt_algos
@@ -108,7 +105,6 @@ struct Context {
   static constexpr size_t kSplitKPartialBytes = size_t(8) << 20;
   static constexpr int kSplitKCounters = 8192;
   static constexpr int kAttnCounters = 8192;
-  static constexpr int kTailCounters = 65536;
 };
 
 // ---- programmatic dependent launch (Hopper) ---------------------------------
@@ -119,14 +115,10 @@ struct Context {
 // programmatic-serialization attribute, a kernel's launch latency and its
 // prologue (the skinny GEMM's weight prefetch, which reads only weights)
 // overlap the previous kernel. Triggering only after the wait keeps at most
-// one kernel waiting ahead (triggering first let whole chains of waiting
-// kernels take SM slots: batch-1 decode measured 12% slower). Every kernel
+// one kernel waiting ahead (triggering first lets whole chains of waiting
+// kernels take SM slots, which made batch-1 decode slower). Every kernel
 // launched that way must call pdl_wait() before reading or writing memory
-// another kernel touches. AUGUR_CUDA_PDL=0 drops the attribute.
-// Built with -DAUGUR_PDL_TRIGGER_FIRST (an experiment, eighth session), the
-// small kernels trigger before their wait: with the stream GEMV on, Qwen3-8B
-// batch 1 measured 4.18 ms a step (context 128) on one machine against 4.28
-// on another, but rows_kernel's chains 5.55 against 4.60, so not by default.
+// another kernel touches. AUGUR_CUDA_PDL=0 (cuda_settings) drops the attribute.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -138,25 +130,28 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 __device__ __forceinline__ void pdl_entry() {
-#ifdef AUGUR_PDL_TRIGGER_FIRST
-  pdl_launch_dependents();
-  pdl_wait();
-#else
   pdl_wait();
   pdl_launch_dependents();
-#endif
 }
 
-bool pdl_enabled();  // context.cu: AUGUR_CUDA_PDL != 0
-bool pdl_for(const char* name);  // context.cu: pdl_enabled() and name not in AUGUR_CUDA_NOPDL
-bool skip_kernel(const char* name);  // context.cu: AUGUR_CUDA_SKIP (profiling only)
-int carveout_percent();              // context.cu: AUGUR_CUDA_CARVEOUT (default 100), -1 none
-void timeline_start();               // timeline.cu: AUGUR_CUDA_TIMELINE (profiling only)
+bool pdl_enabled();  // context.cu: cuda_settings().pdl
 
+#ifdef AUGUR_CUDA_PROFILE
+bool skip_kernel(const char* name);  // context.cu: AUGUR_CUDA_SKIP
+void timeline_start();               // timeline.cu: AUGUR_CUDA_TIMELINE
+#endif
+
+// Every launch asks for all of the SM's memory as shared memory (carveout
+// 100%, a launch attribute, so captured graphs keep it): an SM's split is
+// fixed when its first block starts, so a block of the next kernel that PDL
+// lets in fits beside a stream GEMV's only if the GEMV's launch asked for
+// the room (block_tail's last GEMV and the fused RoPE decode attention).
 template <typename... Params, typename... Args>
 void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
             Args&&... args) {
+#ifdef AUGUR_CUDA_PROFILE
   if (skip_kernel(name)) return;
+#endif
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -164,14 +159,11 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, 
   cfg.stream = s;
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl_for(name) ? 1 : 0;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  attr[1].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+  attr[1].val.sharedMemCarveout = 100;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (const int pct = carveout_percent(); pct >= 0) {
-    attr[1].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
-    attr[1].val.sharedMemCarveout = unsigned(pct);
-    cfg.numAttrs = 2;
-  }
+  cfg.numAttrs = 2;
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
   if (err != cudaSuccess) throw_cuda(err, name, __FILE__, __LINE__);
   AUGUR_LAUNCHED(name);

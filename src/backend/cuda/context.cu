@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/cuda/common.cuh"
+#include "backend/device.h"
 
 namespace augur::cuda {
 
@@ -41,7 +42,9 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 }
 
 Context::Context() {
+#ifdef AUGUR_CUDA_PROFILE
   timeline_start();  // before the context exists
+#endif
   int n = 0;
   AUGUR_CUDA(cudaGetDeviceCount(&n));
   if (n == 0) fail("[cuda] no CUDA device found");
@@ -55,11 +58,6 @@ Context::Context() {
   AUGUR_CUDA(cudaMemsetAsync(splitk_counters.get(), 0, splitk_counters.bytes(), stream));
   attn_counters = DeviceBuffer(size_t(kAttnCounters) * sizeof(int32_t));
   AUGUR_CUDA(cudaMemsetAsync(attn_counters.get(), 0, attn_counters.bytes(), stream));
-  tail_barrier = DeviceBuffer(4 * sizeof(uint32_t));
-  AUGUR_CUDA(cudaMemsetAsync(tail_barrier.get(), 0, tail_barrier.bytes(), stream));
-  tail_counters = DeviceBuffer(size_t(kTailCounters) * sizeof(int32_t));
-  AUGUR_CUDA(cudaMemsetAsync(tail_counters.get(), 0, tail_counters.bytes(), stream));
-  tail_partials = DeviceBuffer(size_t(sm_count) * 8 * 2 * 8 * sizeof(float));
   AUGUR_CUDA(cudaStreamSynchronize(stream));
 }
 
@@ -92,71 +90,28 @@ Context& context() {
 
 Stream stream() { return context().stream; }
 
-bool pdl_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("AUGUR_CUDA_PDL");
-    return !(e && std::string(e) == "0");
-  }();
-  return on;
-}
+bool pdl_enabled() { return cuda_settings().pdl; }
 
-namespace {
-
-// ",a,b," from the environment variable's "a,b" ("" when unset).
-std::string name_list(const char* var) {
-  const char* e = std::getenv(var);
-  if (e == nullptr || *e == 0) return std::string();
-  std::string list(",");  // appends: g++ 12 warns (-Wrestrict) on "," + string
-  list.append(e).append(",");
-  return list;
-}
-
-bool listed(const std::string& list, const char* name) {
-  if (list.empty()) return false;
-  std::string key(",");
-  key.append(name).append(",");
-  return list.find(key) != std::string::npos;
-}
-
-}  // namespace
-
-// AUGUR_CUDA_NOPDL=name,...: those kernels launch without PDL, so they start
-// only once the previous kernel has finished (an experiment: does a kernel's
-// early start help the step or crowd the one before it?).
-bool pdl_for(const char* name) {
-  static const std::string nopdl = name_list("AUGUR_CUDA_NOPDL");
-  return pdl_enabled() && !listed(nopdl, name);
-}
-
-// AUGUR_CUDA_CARVEOUT=percent: each launch's preferred shared-memory
-// carveout (a launch attribute, so captured graphs keep it); default 100, -1
-// the driver's choice. An SM's shared memory is sized when its first block
-// starts, so a block of the next kernel that PDL lets in fits beside a
-// stream GEMV's only if the GEMV's launch asked for room (fifteenth session:
-// 100 alone, with the 160 KB ring, changed nothing; sixteenth and
-// seventeenth: with the q/k/v GEMV's 144 KB ring, the fused RoPE attention's
-// blocks start beside it, 50 us a step faster at context 128).
-int carveout_percent() {
-  static const int pct = [] {
-    const char* e = std::getenv("AUGUR_CUDA_CARVEOUT");
-    return e == nullptr ? 100 : std::max(-1, std::min(100, std::atoi(e)));
-  }();
-  return pct;
-}
-
+#ifdef AUGUR_CUDA_PROFILE
 // AUGUR_CUDA_SKIP=name,name,...: those kernels are not launched, for
 // measuring what a kernel costs inside the whole decode step (the step's time
 // with and without it). Outputs are wrong while it is set; a warning says so.
+// Profile builds only.
 bool skip_kernel(const char* name) {
   static const std::string skip = [] {
-    std::string list = name_list("AUGUR_CUDA_SKIP");
-    if (!list.empty())
-      std::fprintf(stderr, "[cuda] warning: AUGUR_CUDA_SKIP=%s: these kernels are not launched, outputs are wrong\n",
-                   std::getenv("AUGUR_CUDA_SKIP"));
+    const char* e = std::getenv("AUGUR_CUDA_SKIP");
+    if (e == nullptr || *e == 0) return std::string();
+    std::fprintf(stderr, "[cuda] warning: AUGUR_CUDA_SKIP=%s: these kernels are not launched, outputs are wrong\n", e);
+    std::string list(",");  // appends: g++ 12 warns (-Wrestrict) on "," + string
+    list.append(e).append(",");
     return list;
   }();
-  return listed(skip, name);
+  if (skip.empty()) return false;
+  std::string key(",");
+  key.append(name).append(",");
+  return skip.find(key) != std::string::npos;
 }
+#endif
 
 bool available() {
   int n = 0;

@@ -1,6 +1,6 @@
 // Internal (host) entry points behind kernels.h: the matmul paths (gemv.cu,
-// gemm_lt.cu) and flash-decoding with a chosen split length (attention.cu),
-// for the dispatch, the tests and the benchmark's sweeps.
+// gemm_lt.cu) and flash-decoding with a chosen split length
+// (attention_decode.cu), for the dispatch, the tests and the benchmark.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +9,10 @@
 
 namespace augur::cuda::detail {
 
-// Precision experiments (tests/cuda): every matmul on f32 products (the skinny
-// or generic kernel, slow), every attention through flash-decoding (f32 Q and
-// P). Off by default; set before the work is queued.
+// Reference modes for tests (tests/cuda): every matmul on f32 products (the
+// skinny or generic kernel, slow), every attention through the scalar
+// flash-decoding kernel (f32 Q and P). Off by default; set before the work is
+// queued.
 struct Precision {
   bool exact_matmul = false;
   bool decode_attention = false;
@@ -19,20 +20,17 @@ struct Precision {
 Precision& precision();
 
 // Rows of x the skinny kernel takes (matmul_bf16 sends M <= kSkinnyDispatchM to
-// it, larger M to cuBLASLt, which was faster from M = 3 on the H200).
+// it, larger M to cuBLASLt, which is faster from M = 3 on the H200).
 constexpr int64_t kSkinnyMaxM = 8;
 constexpr int64_t kSkinnyDispatchM = 2;
 
-// Skinny path (M <= kSkinnyMaxM). splits = 0 picks the split-K factor;
-// otherwise K is cut into about `splits` pieces (benchmark sweeps).
+// Skinny path (M <= kSkinnyMaxM). splits = 0 picks the kernel (the stream
+// GEMV for M <= 2 where every SM gets a stage's rows, else rows_kernel) and
+// its split-K factor; otherwise rows_kernel with K cut into about `splits`
+// pieces (tests, benchmark sweeps).
 void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, int64_t N,
                    float* y, int64_t ldy, Stream s, int splits = 0, Half wt = Half::BF16);
-// Skinny-kernel variant for the benchmark's sweeps and tests (gemv.cu: 0 = 8
-// loads in flight a lane, 1 = 16, 2 = 8 pipelined; for M <= 2, any split,
-// the stream kernel: 3 = rows interleaved over the SMs, 4 = in slabs);
-// -1 (default): chosen by shape.
-int& skinny_variant();
-// The split-K factor skinny_matmul picks (0 if it takes the generic kernel).
+// The split-K factor rows_kernel picks (0 if skinny_matmul takes the generic kernel).
 int skinny_splits(int64_t M, int64_t K, int64_t N);
 
 // The stream GEMV (gemv.cu, M <= 2) with the decode step's fused ends:
@@ -56,34 +54,14 @@ struct StreamGemv {
   bool norm = false;
   const float* g = nullptr;  // [K] f32
   float eps = 0;
-  // The launch's name, for AUGUR_CUDA_SKIP and AUGUR_CUDA_NOPDL (the block
-  // tail names its four GEMVs).
+  // Shared-memory ring an SM, in KB (32-224; fewer where a SwiGLU stash needs the room).
+  int ring_kb = 160;
+  // The launch's name, for error messages and profiles (block_tail names its four GEMVs).
   const char* name = "stream_kernel";
 };
 // Shapes it takes: M <= 2, K % 8 == 0 up to 18432; SwiGLU: N even, N / 2 <= 65536.
 bool stream_gemv_fits(int64_t M, int64_t K, int64_t N, bool swiglu = false);
-// AUGUR_CUDA_STREAM != 0 (default on): the engine uses it for M <= 2.
-bool stream_gemv_enabled();
 void stream_gemv(const StreamGemv& q, Stream s);
-
-// The block size of add_rms_norm_kernel for rows of D (decode_tail.cu repeats
-// its reduction order).
-int add_rms_norm_threads(int64_t D);
-
-// decode_tail's ring depth (slots a warp: 6, 8 or 10) for the benchmark's
-// sweeps; 0 (default): AUGUR_CUDA_TAIL_DEPTH or 6.
-int& decode_tail_depth();
-// decode_tail's implementation for tests: -1 (default) AUGUR_CUDA_DECODE_TAIL,
-// 1 the persistent kernel, 2 the stream chain.
-int& decode_tail_variant();
-// decode_attention_rope's use in the engine, for tests: -1 (default)
-// AUGUR_CUDA_ATTN_ROPE, 0 off, 1 on.
-int& attention_rope_variant();
-// The decode attention copying cached keys before its PDL wait, for tests:
-// -1 (default) AUGUR_CUDA_ATTN_EARLY or by the split count, 0 off, 1 on, 2
-// on with the split merge's loads at once.
-int& attention_early_variant();
-int& attention_ahead_variant();  // decode_tc_kernel AHEAD for tests: -1 env/default, 0 off, 1 on
 
 // cuBLASLt on x already in bf16 (xb: [M, K] contiguous). algo < 0: the best
 // heuristic result (cached per shape); otherwise the algo-th heuristic result.

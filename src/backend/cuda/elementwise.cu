@@ -3,11 +3,9 @@
 // swiglu_packed, qkv_rope_store). Each reproduces its CPU op in
 // backend/cpu/ops_cpu.cpp.
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "backend/cuda/common.cuh"
-#include "backend/cuda/detail.h"
 
 namespace augur::cuda {
 namespace {
@@ -236,8 +234,7 @@ __global__ void qkv_rope_store_kernel(const float* __restrict__ qkv, int n_head,
                                       const int32_t* __restrict__ positions, const int32_t* __restrict__ slot_mapping,
                                       const float* __restrict__ inv_freq, int half, float* __restrict__ q_out,
                                       uint16_t* __restrict__ k_cache, uint16_t* __restrict__ v_cache,
-                                      float* __restrict__ gate_out, bool early) {
-  if (!early) pdl_entry();  // AUGUR_CUDA_QKV_EARLY=0: all of it after the wait (A/B runs)
+                                      float* __restrict__ gate_out) {
   extern __shared__ float smem[];
   float* cs = smem;             // [cos(half), sin(half)]
   float* gains = cs + 2 * half;  // [q_norm(D), k_norm(D)] when given
@@ -251,7 +248,7 @@ __global__ void qkv_rope_store_kernel(const float* __restrict__ qkv, int n_head,
   if (q_norm != nullptr)
     for (int i = threadIdx.x; i < D; i += blockDim.x) gains[i] = q_norm[i], gains[D + i] = k_norm[i];
   const int64_t slot = slot_mapping[t];
-  if (early) pdl_entry();
+  pdl_entry();
   __syncthreads();
   float* buf = gains + (q_norm != nullptr ? 2 * D : 0) + warp * D;
   const float* qg = q_norm != nullptr ? gains : nullptr;
@@ -379,14 +376,10 @@ void store_kv(const float* k, const float* v, int64_t kv_dim, const AttnMeta& me
          meta.slot_mapping, k_cache, v_cache, vec);
 }
 
-namespace detail {
-int add_rms_norm_threads(int64_t D) { return D >= 4096 ? 1024 : D >= 1024 ? 512 : kThreads; }
-}  // namespace detail
-
 void add_rms_norm(float* x, const float* o, const float* w, float eps, int64_t M, int64_t D, float* h, Stream s) {
   if (M <= 0) return;
   const bool vec = D % 4 == 0 && aligned16(x) && aligned16(o) && aligned16(w) && aligned16(h);
-  const int threads = detail::add_rms_norm_threads(D);
+  const int threads = D >= 4096 ? 1024 : D >= 1024 ? 512 : kThreads;
   launch("add_rms_norm_kernel", add_rms_norm_kernel, dim3(blocks_for(M, 1)), dim3(threads), 0, s, x, o, w, eps, D, h,
          vec);
 }
@@ -407,24 +400,15 @@ void qkv_rope_store(const float* qkv, int64_t n_head, int64_t n_head_kv, int64_t
   if (head_dim > 1024 || n_head + 2 * n_head_kv > 65536)
     fail("[cuda] qkv_rope_store: head_dim ", head_dim, " or ", n_head, " + 2 x ", n_head_kv, " heads too large");
   // Grid (token, group of 4 heads), a warp per head: at batch 1 one block
-  // of 8 warps walking all heads was a 11 us chain of dependent steps.
-  // AUGUR_CUDA_QKV_GRID=token restores that layout (A/B runs).
-  static const bool per_token = [] {
-    const char* e = std::getenv("AUGUR_CUDA_QKV_GRID");
-    return e != nullptr && std::strcmp(e, "token") == 0;
-  }();
-  static const bool early = [] {
-    const char* e = std::getenv("AUGUR_CUDA_QKV_EARLY");
-    return e == nullptr || std::atoi(e) != 0;
-  }();
+  // walking all heads is a long chain of dependent steps.
   if ((q_norm == nullptr) != (k_norm == nullptr)) fail("[cuda] qkv_rope_store: q_norm and k_norm go together");
-  const int warps = per_token ? 8 : 4;
+  constexpr int warps = 4;
   const size_t smem = size_t(2 * half + (q_norm != nullptr ? 2 : 0) * head_dim + warps * head_dim) * sizeof(float);
   auto kernel = kv == Half::F16 ? qkv_rope_store_kernel<true> : qkv_rope_store_kernel<false>;
-  const dim3 grid(blocks_for(meta.n_tokens, 1), per_token ? 1u : unsigned(ceil_div(n_head + 2 * n_head_kv, warps)));
+  const dim3 grid(blocks_for(meta.n_tokens, 1), unsigned(ceil_div(n_head + 2 * n_head_kv, warps)));
   launch("qkv_rope_store_kernel", kernel, grid, dim3(warps * 32), smem, s, qkv,
          int(n_head), int(n_head_kv), int(head_dim), q_norm, k_norm, eps, meta.positions, meta.slot_mapping, inv_freq,
-         int(half), q_out, k_cache, v_cache, gate_out, early);
+         int(half), q_out, k_cache, v_cache, gate_out);
 }
 
 }  // namespace augur::cuda

@@ -187,9 +187,8 @@ void matmul_half(const float* x, int64_t M, int64_t K, int64_t ldx, const half_b
 void swiglu_matmul(const float* gate_up, int64_t M, int64_t D, const half_bits* w, Half wt, int64_t N, float* act,
                    float* y, Stream s) {
   if (M <= 0 || N <= 0) return;
-  // A skinny GEMM that made the SwiGLU as it read its input measured slower
-  // (every warp re-reads gate and up and recomputes silu: qwen3-8b batch-1
-  // decode 195 -> 173 tok/s on the H200), so two passes.
+  // Two passes: a skinny GEMM making the SwiGLU as it reads its input is
+  // slower (every warp re-reads gate and up and recomputes silu).
   swiglu_packed(gate_up, M, D, act, s);
   matmul_half(act, M, D, D, w, wt, N, y, N, s);
 }

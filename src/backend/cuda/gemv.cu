@@ -6,25 +6,19 @@
 // reads 512 contiguous bytes of one row (lane l takes k = 8l..8l+7 of each
 // 256-wide step), 8 loads of 16 bytes in flight per lane, so DRAM sees long
 // runs of each row. Products on the FMA units in f32 (x exact), lanes reduced
-// with shuffles at the end. (An mma.m16n8k16 variant, whose fragment layout
-// makes each load touch 8 rows x 64 bytes, streamed at ~55% of this one's rate
-// on the H200; cuBLASLt beats both from M = 3.)
+// with shuffles at the end. (mma.m16n8k16's fragment layout would make each
+// load touch 8 rows x 64 bytes, which streams far slower; cuBLASLt is faster
+// from M = 3.) The stream kernel below takes M <= 2 on matrices tall enough
+// to give every SM a stage's rows.
 //
 // Split-K: short matrices (too few warps for 132 SMs) cut K into S ranges;
 // each warp writes its partial tile to scratch and the last warp of a tile to
 // arrive (a counter per tile) sums the S partials in order: one launch,
 // deterministic, counters left at zero for the next launch or graph replay.
 #include <algorithm>
-#include <cstdlib>
-#include <mutex>
-#include <string>
-#include <type_traits>
-#include <utility>
-#include <vector>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/detail.h"
-#include "backend/cuda/stamps.cuh"
 
 namespace augur::cuda {
 namespace {
@@ -39,11 +33,10 @@ constexpr int kChunk = 256;           // K granularity of a split (partial passe
 // split b % S and row tiles (b / S) * kWarps + warp, so a block's warps read
 // the same x (L1 hits). A tile is R consecutive rows; MR >= M rows of x.
 // A pass reads U 256-wide k-steps of each of the R rows: U * R loads of 16
-// bytes per lane in flight. PIPE: two register buffers, the next pass's loads
-// issued before the current pass is multiplied, so a warp never drains.
+// bytes per lane in flight.
 // x: [M, K] f32 (row stride ldx, 16-byte aligned rows); w: [N, K] bf16 or f16 (F16; K % 8 == 0);
 // y: [M, N] f32 (row stride ldy); partials: [S, n_tiles, R * MR]; counters: [n_tiles]
-template <int MR, int R, int U, bool PIPE, bool F16>
+template <int MR, int R, int U, bool F16>
 __global__ void __launch_bounds__(kWarps * 32)
     rows_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
                 float* __restrict__ y, int64_t ldy, int S, int kper, float* __restrict__ partials,
@@ -107,22 +100,10 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   };
-  if constexpr (PIPE) {
-    // Two named buffers (a register copy would wait for its loads).
-    uint4 wa[U][R], wb[U][R];
-    load(k_begin, wa);
-    for (int k = k_begin; k < k_end; k += 2 * kPass) {
-      load(k + kPass, wb);
-      multiply(k, wa);
-      load(k + 2 * kPass, wa);
-      multiply(k + kPass, wb);
-    }
-  } else {
-    for (int k = k_begin; k < k_end; k += kPass) {
-      uint4 wv[U][R];
-      load(k, wv);
-      multiply(k, wv);
-    }
+  for (int k = k_begin; k < k_end; k += kPass) {
+    uint4 wv[U][R];
+    load(k, wv);
+    multiply(k, wv);
   }
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -154,39 +135,37 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (lane == 0) counters[tile] = 0;
 }
 
-// stream_kernel: one block an SM streams its rows (every grid-th row, or one
-// slab with AUGUR_CUDA_STREAM_INTERLEAVE=0) through a ring of shared-memory
-// stages filled by bulk copies.
+// stream_kernel: one block an SM streams its rows (every grid-th row)
+// through a ring of shared-memory stages filled by bulk copies.
 // Why: rows_kernel keeps ~4 KB in flight a warp, ~32 KB an SM on the short
-// matrices (o: 74% of copy alone), and each launch ramps up from empty. Here
-// one producer thread keeps the ring in flight (160 KB an SM) and starts
-// before the PDL wait (weights depend on no earlier kernel), so a matrix
-// starts streaming while the kernels before it finish. Equal bytes a block:
-// the blocks end together, no tail of half-empty SMs. Interleaved rows keep
-// the SMs' reads at any moment within a few MB (as rows_kernel's).
+// matrices, and each launch ramps up from empty. Here one producer thread
+// keeps the ring in flight (160 KB an SM) and starts before the PDL wait
+// (weights depend on no earlier kernel), so a matrix starts streaming while
+// the kernels before it finish. Equal bytes a block: the blocks end
+// together, no tail of half-empty SMs. Interleaved rows keep the SMs' reads
+// at any moment within a few MB (as rows_kernel's).
 // Stage i: the block's rows j = 4g..4g+3 of group g = i / n_chunks, columns
 // [c * kStreamK, +kStreamK) of chunk c = i % n_chunks (the last chunk may be
 // short); one bulk copy a row, so every copy starts on a 4 KB boundary of its
-// row. (Equal chunks, 5120 = 3 x 1712 with a runtime width, streamed K = 5120
-// at 3.4-3.6 TB/s against rows_kernel's 3.7-4.4; 4.1-4.3 this way.)
+// row (equal chunks of a runtime width streamed slower).
 // Consumers (kStreamConsumers warps) take 8 columns a thread of every stage,
 // for all its rows, and hold their columns of x in registers for the whole
 // kernel (an x load from L2 behind the stream costs more than a stage); at a
 // group's end they sum across warps in fixed order (deterministic). Each
 // consumer thread releases a slot itself: racecheck sees no order between a
 // warp's reads and the next bulk copy when only lane 0 arrives after a
-// __syncwarp (AUGUR_CUDA_STREAM_ARRIVE=0 measures that variant).
+// __syncwarp.
 // Fused ends (StreamGemv, the decode step's block tail): NORM takes x as the
 // residual stream and multiplies by rms_norm(x) * g, each block reducing all
 // of x (it holds all of it); epi StreamEpi::Accumulate adds into y (the
 // residual; its old values are loaded at the group's start, off the critical
-// path: loaded at the end, K = 4096 GEMVs measured 20% slower) and optionally
-// stores the product in y2 as well. SwiGLU takes a fused gate/up matrix (gate
-// rows f < F = N / 2, then up rows F + f) with output columns f as its units:
-// the block reads all its gate rows, keeping their sums in smem (stash), then
-// its up rows in the same order, and stores silu(gate) * up: y[m, f]. That is
-// the plain GEMV's read order (reading a unit's gate and up rows together,
-// two regions of the matrix at once, streamed 20% slower).
+// path) and optionally stores the product in y2 as well. SwiGLU takes a
+// fused gate/up matrix (gate rows f < F = N / 2, then up rows F + f) with
+// output columns f as its units: the block reads all its gate rows, keeping
+// their sums in smem (stash), then its up rows in the same order, and stores
+// silu(gate) * up: y[m, f]. That is the plain GEMV's read order (reading a
+// unit's gate and up rows together, two regions of the matrix at once,
+// streams slower).
 // x: [M, K] f32 (row stride ldx, K <= MAXC * kStreamK); w: [N, K] half (K % 8
 // == 0, 16-byte aligned); y: [M, N] f32 (row stride ldy; [M, N / 2] for
 // SwiGLU); smem: slots x [kStreamRows][kStreamK] half, then full[slots],
@@ -199,32 +178,22 @@ constexpr int kStreamK = kStreamConsumers * 32 * 8;  // 2048 columns: 8 a consum
 constexpr int kStreamMaxChunks = 9;                  // K <= 18432
 constexpr int kStreamMaxSmem = 227 * 1024;           // a block's dynamic shared memory on sm_90
 
-// Built with -DAUGUR_STAMPS (stamps.cuh): each stream_kernel block stamps its
-// start, its consumers' PDL wait's return, their first stage's arrival, their
-// end, and its producer's last copy issued and first wait for a free slot
-// (the ring full); the newest launches are printed at exit.
-#ifdef AUGUR_STAMPS
-__device__ stamps::Log g_stream_stamps;
-void stream_stamps_dump() {
-  static const char* const names[stamps::kEvents] = {"start", "wait", "first", "end", "p_last", "p_full"};
-  stamps::dump_symbol("stream", g_stream_stamps, names, 9);
-}
-#endif
-
 template <int MR>
 constexpr size_t stream_header_bytes(int slots, int stash_units = 0) {
   return size_t(2 * slots) * sizeof(uint64_t) + size_t(2 * kStreamConsumers * kStreamRows * MR) * sizeof(float) +
          size_t(kStreamConsumers * MR + stash_units * MR) * sizeof(float);
 }
 
-// The plain instantiation (Store, no NORM) keeps the arguments it had before
-// the fused ends: with the ends as runtime choices in a struct argument the
-// plain GEMV measured 0.39 ms slower a step (4.572 against 4.183 ms, same
-// call, Qwen3-8B batch 1), for a reason not found.
+// The fused ends are template parameters and plain arguments, not a struct
+// of runtime choices: that form made the plain GEMV measurably slower.
+// release_at_once is always true; it stays a run-time argument because with
+// the choice compiled in (or the branch removed) ptxas schedules the consumer
+// loop so that the K <= 4096 instantiations stream 10-18% slower. Either
+// branch is correct.
 template <int MR, int MAXC, bool F16, StreamEpi EPI, bool NORM>
 __global__ void __launch_bounds__(kStreamThreads, 1)
     stream_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
-                  float* __restrict__ y, int64_t ldy, int slots, bool thread_arrive, bool interleave,
+                  float* __restrict__ y, int64_t ldy, int slots, bool release_at_once,
                   const float* __restrict__ g_norm, float eps, float* __restrict__ y2) {
   constexpr bool swiglu = EPI == StreamEpi::SwiGLU;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -233,20 +202,13 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(slots) * R * KC * sizeof(uint16_t));
   uint64_t* empty = full + slots;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  AUGUR_STAMP_BEGIN(g_stream_stamps);
-#ifdef AUGUR_STAMPS
-  __shared__ unsigned ticket;  // the producer stamps too
-  if (threadIdx.x == 0) ticket = stamp_ticket;
-#endif
-  // This block's units: u(i) = base + stride * i, i < n_units: rows, or for
+  // This block's units: u(i) = blk + G * i, i < n_units: rows, or for
   // SwiGLU output columns. Group g (R units' rows) of phase p = g / n_phase
   // (SwiGLU: 0 gate rows, 1 up rows) covers units q = g % n_phase.
   const int G = int(gridDim.x), blk = int(blockIdx.x);
   const int F = N / 2, units = swiglu ? F : N;
-  const int base = interleave ? blk : int(int64_t(units) * blk / G);
-  const int stride = interleave ? G : 1;
-  const int n_units = interleave ? (units - blk + G - 1) / G : int(int64_t(units) * (blk + 1) / G) - base;
-  auto unit_of = [&](int i) { return int64_t(base) + int64_t(stride) * i; };
+  const int n_units = (units - blk + G - 1) / G;
+  auto unit_of = [&](int i) { return int64_t(blk) + int64_t(G) * i; };
   const int n_phase = (n_units + R - 1) / R;
   const int n_chunks = (K + KC - 1) / KC;
   const int n_groups = swiglu ? 2 * n_phase : n_phase;
@@ -257,8 +219,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     return swiglu && g >= n_phase ? F + row : row;
   };
   if (threadIdx.x == 0) {
-    const uint32_t releases = thread_arrive ? kStreamConsumers * 32 : kStreamConsumers;
-    for (int i = 0; i < slots; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], releases);
+    for (int i = 0; i < slots; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], kStreamConsumers * 32);
     mbar_init_fence();
   }
   __syncthreads();
@@ -267,9 +228,6 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     if (lane != 0) return;
     for (int i = 0; i < n_stages; ++i) {
       const int slot = i % slots;
-#ifdef AUGUR_STAMPS
-      if (i == slots) stamps::stamp(g_stream_stamps, ticket, 5);
-#endif
       if (i >= slots) mbar_wait(&empty[slot], uint32_t(i / slots - 1) & 1u);
       const int g = i / n_chunks, k0 = i % n_chunks * KC;
       const int rows = min(R, n_units - group_unit(g)), len = min(KC, K - k0);
@@ -278,15 +236,11 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
         bulk_copy_g2s(ring + (size_t(slot) * R + r) * KC, w + row_of(g, r) * K + k0, uint32_t(len) * 2u,
                       &full[slot]);
     }
-#ifdef AUGUR_STAMPS
-    stamps::stamp(g_stream_stamps, ticket, 4);
-#endif
     return;
   }
 
   pdl_wait();
   pdl_launch_dependents();
-  AUGUR_STAMP(g_stream_stamps, 1);
   const int kt = threadIdx.x * 8;  // this thread's columns of a chunk
   float* red = reinterpret_cast<float*>(empty + slots);
   float xr[MAXC][MR][8];
@@ -357,9 +311,6 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     for (int c = 0; c < MAXC; ++c) {
       if (c >= n_chunks) break;
       mbar_wait(&full[slot], phase);
-#ifdef AUGUR_STAMPS
-      if (g == 0 && c == 0) AUGUR_STAMP(g_stream_stamps, 2);
-#endif
       if (c * KC + kt < K) {
         const uint16_t* st = ring + size_t(slot) * R * KC + kt;
         float wf[R][8];
@@ -375,11 +326,13 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
             acc[r][m] += sum;
           }
       }
-      if (thread_arrive) {
-        mbar_arrive(&empty[slot]);  // each thread releases its own reads
+      // Each thread releases its own reads, at once (run_stream always says
+      // so) or after its warp's; see release_at_once above.
+      if (release_at_once) {
+        mbar_arrive(&empty[slot]);
       } else {
         __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[slot]);
+        mbar_arrive(&empty[slot]);
       }
       if (++slot == slots) slot = 0, phase ^= 1u;
     }
@@ -416,7 +369,6 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
       }
     }
   }
-  AUGUR_STAMP(g_stream_stamps, 3);
 }
 
 // Any shape: one warp per (column n, group of 16 rows of x). Odd K, unaligned
@@ -451,71 +403,14 @@ struct SkinnyPlan {
   int kper = 0;
 };
 
-// Policy knobs, for A/B runs of the whole engine on the device:
-// AUGUR_CUDA_SKINNY_SPLIT_BELOW (warp tiles per SM below which K is split,
-// default 4) and AUGUR_CUDA_SKINNY_PIPE_FROM (tiles per SM from which passes
-// are pipelined; default 0, never).
-// AUGUR_CUDA_STREAM (0: rows_kernel; default 1: stream_kernel for M <= 2,
-// N >= kStreamRows rows an SM and K up to 18432),
-// AUGUR_CUDA_STREAM_RING (ring KB an SM, default 160; AUGUR_CUDA_STREAM_RING_AT
-// =name=kb,... or name=kb+... for the GEMVs of those launch names, e.g.
-// stream_next=144),
-// AUGUR_CUDA_STREAM_ARRIVE (0: one arrival a warp; default 1: a thread) and
-// AUGUR_CUDA_STREAM_INTERLEAVE (0: a block's rows are one slab; default 1:
-// every SMs-th row).
-struct Tuning {
-  int split_below = 4;
-  int pipe_from = 0;
-  bool stream = true;
-  int stream_ring_kb = 160;
-  bool stream_thread_arrive = true;
-  bool stream_interleave = true;
-};
-const Tuning& tuning() {
-  static const Tuning t = [] {
-    Tuning r;
-    if (const char* e = std::getenv("AUGUR_CUDA_SKINNY_SPLIT_BELOW")) r.split_below = std::atoi(e);
-    if (const char* e = std::getenv("AUGUR_CUDA_SKINNY_PIPE_FROM")) r.pipe_from = std::atoi(e);
-    if (const char* e = std::getenv("AUGUR_CUDA_STREAM")) r.stream = std::atoi(e) != 0;
-    if (const char* e = std::getenv("AUGUR_CUDA_STREAM_RING")) r.stream_ring_kb = std::clamp(std::atoi(e), 32, 224);
-    if (const char* e = std::getenv("AUGUR_CUDA_STREAM_ARRIVE")) r.stream_thread_arrive = std::atoi(e) != 0;
-    if (const char* e = std::getenv("AUGUR_CUDA_STREAM_INTERLEAVE")) r.stream_interleave = std::atoi(e) != 0;
-    return r;
-  }();
-  return t;
-}
-
-// The ring KB of the stream GEMV launched as `name`: AUGUR_CUDA_STREAM_RING_AT's
-// entry for it (default stream_next=144), else tuning()'s. The q/k/v GEMV
-// (stream_next, the tail's last) leaves 84 KB an SM beside its block, where
-// the fused RoPE decode attention's blocks (80 KB at head_dim 128) start
-// with it (attention.cu, decode_attention_rope_enabled).
-int stream_ring_kb(const char* name) {
-  static const std::vector<std::pair<std::string, int>> at = [] {
-    std::vector<std::pair<std::string, int>> v;
-    const char* e = std::getenv("AUGUR_CUDA_STREAM_RING_AT");
-    std::string list = e == nullptr ? "stream_next=144" : e;
-    for (size_t b = 0; b < list.size();) {
-      size_t end = list.find_first_of(",+", b);  // + too: decode_ab.sh splits its settings at commas
-      if (end == std::string::npos) end = list.size();
-      const std::string item = list.substr(b, end - b);
-      const size_t eq = item.find('=');
-      if (eq != std::string::npos) v.emplace_back(item.substr(0, eq), std::clamp(std::atoi(item.c_str() + eq + 1), 32, 224));
-      b = end + 1;
-    }
-    return v;
-  }();
-  for (const auto& [n, kb] : at)
-    if (n == name) return kb;
-  return tuning().stream_ring_kb;
-}
+// Warp tiles an SM below which plan_skinny splits K.
+constexpr int kSplitBelow = 4;
 
 // The stream kernel for M <= 2 (MR = 1 or 2) and K <= kStreamMaxChunks stages'
 // columns: as many 16 KB stages as the ring holds.
 struct StreamLaunch {
   const StreamGemv& q;
   int slots, grid;
-  bool thread_arrive, interleave;
   int stash_units;  // SwiGLU: the most units (output columns) a block takes
 };
 
@@ -530,13 +425,8 @@ void launch_stream(const StreamLaunch& l, Stream s) {
     granted = smem;
   }
   const StreamGemv& q = l.q;
-#ifdef AUGUR_STAMPS
-  static std::once_flag dump_once;
-  std::call_once(dump_once, [] { std::atexit(stream_stamps_dump); });
-#endif
   launch(q.name, kernel, dim3(unsigned(l.grid)), dim3(kStreamThreads), smem, s, q.x, int(q.M), int(q.K),
-         q.ldx, reinterpret_cast<const uint16_t*>(q.w), int(q.N), q.y, q.ldy, l.slots, l.thread_arrive, l.interleave,
-         q.g, q.eps, q.y2);
+         q.ldx, reinterpret_cast<const uint16_t*>(q.w), int(q.N), q.y, q.ldy, l.slots, true, q.g, q.eps, q.y2);
 }
 
 template <int MR, bool F16, StreamEpi EPI, bool NORM>
@@ -570,23 +460,23 @@ void launch_stream(const StreamLaunch& l, Stream s) {
 }
 
 // Checks and launches one stream GEMV (StreamGemv in detail.h).
-void run_stream(const StreamGemv& q, Stream s, int sm_count, bool interleave) {
+void run_stream(const StreamGemv& q, Stream s, int sm_count) {
   const bool swiglu = q.epi == StreamEpi::SwiGLU;
   if (!detail::stream_gemv_fits(q.M, q.K, q.N, swiglu) || q.ldx % 4 != 0 || !aligned16(q.x) || !aligned16(q.w) ||
       (q.norm && (q.g == nullptr || !aligned16(q.g))))
     fail("[cuda] stream GEMV: M ", q.M, ", K ", q.K, ", N ", q.N, ", ldx ", q.ldx,
          " (M <= 2, K % 8 == 0 up to 18432, 16-byte aligned x, w and gain; SwiGLU: N % 2 == 0)");
-  const Tuning& tu = tuning();
   constexpr size_t stage = size_t(kStreamRows) * kStreamK * sizeof(uint16_t);
   const int64_t units = swiglu ? q.N / 2 : q.N;
   const int grid = int(std::min<int64_t>(sm_count, units));
   const int stash = swiglu ? int(ceil_div(units, int64_t(grid))) : 0;
   // The ring gives way to a large stash (few SMs, wide SwiGLU).
   const size_t header = q.M == 1 ? stream_header_bytes<1>(16, stash) : stream_header_bytes<2>(16, stash);
-  const int slots = std::min(std::max(2, int(size_t(stream_ring_kb(q.name)) * 1024 / stage)),
+  const int ring_kb = std::clamp(q.ring_kb, 32, 224);
+  const int slots = std::min(std::max(2, int(size_t(ring_kb) * 1024 / stage)),
                              int((size_t(kStreamMaxSmem) - header) / stage));
   if (slots < 2) fail("[cuda] stream GEMV: SwiGLU with N ", q.N, " on ", grid, " SMs needs too much shared memory");
-  const StreamLaunch l{q, slots, grid, tu.stream_thread_arrive, interleave, stash};
+  const StreamLaunch l{q, slots, grid, stash};
   const bool f16 = q.wt == Half::F16;
   if (q.M == 1)
     f16 ? launch_stream<1, true>(l, s) : launch_stream<1, false>(l, s);
@@ -600,11 +490,10 @@ SkinnyPlan plan_skinny(int64_t K, int64_t N, int64_t rows, int64_t tile_floats, 
   const int64_t per_chunk = ceil_div(K, kChunk);  // chunks of K
   int64_t want = splits;
   if (want <= 0) {
-    // No split once every SM has 4 warps' tiles: on the H200 (cuda_bench
-    // --skinny-sweep, M = 1) 4096x4096 took 10.8 us at S = 1 and 14.5 at S = 3,
-    // 4096x12288 27.7 / 32.4, 5120x17408 44.2 / 47.1; splitting pays only for
-    // matrices too short to spread over the SMs (then ~16 warps per SM).
-    want = n_tiles >= int64_t(sm_count) * tuning().split_below ? 1 : ceil_div(int64_t(sm_count) * 16, n_tiles);
+    // No split once every SM has kSplitBelow warps' tiles: splitting pays
+    // only for matrices too short to spread over the SMs (then ~16 warps
+    // an SM; cuda_bench --skinny-sweep).
+    want = n_tiles >= int64_t(sm_count) * kSplitBelow ? 1 : ceil_div(int64_t(sm_count) * 16, n_tiles);
   }
   want = std::clamp<int64_t>(want, 1, per_chunk);
   int64_t kper = ceil_div(per_chunk, want) * kChunk;
@@ -619,29 +508,12 @@ SkinnyPlan plan_skinny(int64_t K, int64_t N, int64_t rows, int64_t tile_floats, 
   return {int(S), int(kper)};
 }
 
-constexpr int kRows = 4;  // weight rows per warp (measured best of 1, 2, 4 on the H200)
-
-using RowsKernel = void (*)(const float*, int, int, int64_t, const uint16_t*, int, float*, int64_t, int, int, float*,
-                            int*);
-// Variants (skinny_variant): 0: 2 k-steps a pass (8 loads of 16 bytes in
-// flight a lane); 1: 4 k-steps (16 loads); 2: 2 k-steps, pipelined.
-template <int MR, bool F16>
-RowsKernel rows_variant(int v) {
-  switch (v) {
-    case 1: return rows_kernel<MR, kRows, 4, false, F16>;
-    case 2: return rows_kernel<MR, kRows, 2, true, F16>;
-    default: return rows_kernel<MR, kRows, 2, false, F16>;
-  }
-}
+constexpr int kRows = 4;  // weight rows per warp (the best of 1, 2 and 4 on the H200)
+constexpr int kSteps = 2;  // 256-wide k-steps a pass: 8 loads of 16 bytes in flight a lane
 
 }  // namespace
 
 namespace detail {
-
-int& skinny_variant() {
-  static int v = -1;
-  return v;
-}
 
 int skinny_splits(int64_t M, int64_t K, int64_t N) {
   if (M > kSkinnyMaxM || K % 8 != 0) return 0;
@@ -653,12 +525,9 @@ bool stream_gemv_fits(int64_t M, int64_t K, int64_t N, bool swiglu) {
          N < (int64_t(1) << 30) && (!swiglu || (N % 2 == 0 && N / 2 <= 65536));
 }
 
-bool stream_gemv_enabled() { return tuning().stream; }
-
 void stream_gemv(const StreamGemv& q, Stream s) {
   if (q.M <= 0 || q.N <= 0) return;
-  const int forced = skinny_variant();
-  run_stream(q, s, context().sm_count, forced != 4 && (forced == 3 || tuning().stream_interleave));
+  run_stream(q, s, context().sm_count);
 }
 
 void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, int64_t N,
@@ -670,35 +539,24 @@ void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half
     generic_matmul(x, M, K, ldx, w, N, y, ldy, s, wt);
     return;
   }
-  // Variants 3 and 4 force the stream kernel, rows interleaved or in slabs
-  // (tests, sweeps). By default it takes M <= 2 where each SM gets a stage's
-  // rows: Qwen3-8B batch 1, context 128, 4.28 ms a step against rows_kernel's
-  // 4.60; Qwen3.5-27B 13.42 against 13.95 (H200, docs/benchmarks.md).
-  const int forced = skinny_variant();
-  const bool stream_fits = stream_gemv_fits(M, K, N);
-  const bool stream_default = forced < 0 && splits == 0 && tuning().stream && N >= int64_t(c.sm_count) * kStreamRows;
-  if (stream_fits && (forced == 3 || forced == 4 || stream_default)) {
+  // The stream kernel takes M <= 2 where each SM gets a stage's rows (it is
+  // faster than rows_kernel inside the decode step); a chosen split (tests,
+  // sweeps) asks for rows_kernel.
+  if (splits == 0 && stream_gemv_fits(M, K, N) && N >= int64_t(c.sm_count) * kStreamRows) {
     StreamGemv q;
     q.x = x, q.M = M, q.K = K, q.ldx = ldx, q.w = w, q.wt = wt, q.N = N, q.y = y, q.ldy = ldy;
-    run_stream(q, s, c.sm_count, forced == 3 || (forced != 4 && tuning().stream_interleave));
+    run_stream(q, s, c.sm_count);
     return;
   }
   const SkinnyPlan p = plan_skinny(K, N, kRows, kRows * 8, c.sm_count, splits);
   const unsigned blocks = unsigned(p.S * ceil_div(ceil_div(N, kRows), kWarps));
   float* partials = static_cast<float*>(c.splitk_partials.get());
   int* counters = static_cast<int*>(c.splitk_counters.get());
-  // Pipelined passes measured 1-4% faster on the long matrices alone
-  // (24576x4096 49.9 vs 50.9 us, 34816x5120 85.1 vs 86.8) but slower in the
-  // whole decode step (Qwen3-8B 195 vs 200 tok/s with them from 24 tiles per
-  // SM; Qwen3.5-27B 68.0 vs 69.1): off unless AUGUR_CUDA_SKINNY_PIPE_FROM says.
-  const int pipe_from = tuning().pipe_from;
-  const bool many = pipe_from > 0 && ceil_div(N, kRows) >= int64_t(c.sm_count) * pipe_from;
-  const int v = forced >= 0 && forced < 3 ? forced : (many && p.S == 1 ? 2 : 0);
   const bool f16 = wt == Half::F16;
-  auto kernel = M <= 1   ? (f16 ? rows_variant<1, true>(v) : rows_variant<1, false>(v))
-                : M <= 2 ? (f16 ? rows_variant<2, true>(v) : rows_variant<2, false>(v))
-                : M <= 4 ? (f16 ? rows_kernel<4, kRows, 2, false, true> : rows_kernel<4, kRows, 2, false, false>)
-                         : (f16 ? rows_kernel<8, kRows, 2, false, true> : rows_kernel<8, kRows, 2, false, false>);
+  auto kernel = M <= 1   ? (f16 ? rows_kernel<1, kRows, kSteps, true> : rows_kernel<1, kRows, kSteps, false>)
+                : M <= 2 ? (f16 ? rows_kernel<2, kRows, kSteps, true> : rows_kernel<2, kRows, kSteps, false>)
+                : M <= 4 ? (f16 ? rows_kernel<4, kRows, kSteps, true> : rows_kernel<4, kRows, kSteps, false>)
+                         : (f16 ? rows_kernel<8, kRows, kSteps, true> : rows_kernel<8, kRows, kSteps, false>);
   launch("rows_kernel", kernel, dim3(blocks), dim3(kWarps * 32), 0, s, x, int(M), int(K), ldx, w, int(N), y, ldy, p.S,
          p.kper, partials, counters);
 }
@@ -717,9 +575,7 @@ void generic_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const hal
 
 }  // namespace detail
 
-bool norm_matmul_fits(int64_t M, int64_t K, int64_t N) {
-  return detail::stream_gemv_enabled() && detail::stream_gemv_fits(M, K, N);
-}
+bool norm_matmul_fits(int64_t M, int64_t K, int64_t N) { return detail::stream_gemv_fits(M, K, N); }
 
 void norm_matmul(const float* x, int64_t M, int64_t K, const float* g, float eps, const half_bits* w, Half wt,
                  int64_t N, float* y, Stream s) {
@@ -728,6 +584,51 @@ void norm_matmul(const float* x, int64_t M, int64_t K, const float* g, float eps
   q.x = x, q.M = M, q.K = K, q.ldx = K, q.w = w, q.wt = wt, q.N = N, q.y = y, q.ldy = N;
   q.norm = true, q.g = g, q.eps = eps;
   detail::stream_gemv(q, s);
+}
+
+bool block_tail_fits(int64_t M, int64_t Ka, int64_t D, int64_t F, int64_t n_next) {
+  return detail::stream_gemv_fits(M, Ka, D) && detail::stream_gemv_fits(M, D, 2 * F, true) &&
+         detail::stream_gemv_fits(M, F, D) && (n_next == 0 || detail::stream_gemv_fits(M, D, n_next));
+}
+
+// Four stream GEMVs, each end fused:
+//   x += a · w_outᵀ                          (Accumulate)
+//   act = swiglu(gate_up · rms_norm(x) * g)   (norm in, SwiGLU out)
+//   out = act · downᵀ; with next also x += out (Accumulate, y2 = out)
+//   y_next = w_next · rms_norm(x) * g_next    (norm in)
+// The last GEMV's ring is 144 KB, not 160: with the next block's q/k/v
+// projection it leaves room an SM for the fused RoPE decode attention's
+// blocks (80 KB at head_dim 128) to become resident beside it and load
+// their first keys while the weights stream (attention_decode.cu).
+void block_tail(const BlockTail& t, Stream s) {
+  if (!block_tail_fits(t.M, t.Ka, t.D, t.F, t.n_next))
+    fail("[cuda] block_tail: M ", t.M, ", K ", t.Ka, ", D ", t.D, ", F ", t.F, ", next ", t.n_next,
+         " do not fit the stream GEMV");
+  using detail::StreamEpi;
+  const bool next = t.n_next > 0;
+  detail::StreamGemv o;
+  o.x = t.a, o.M = t.M, o.K = t.Ka, o.ldx = t.Ka, o.w = t.w_out, o.wt = t.w_out_t, o.N = t.D;
+  o.y = t.x, o.ldy = t.D, o.epi = StreamEpi::Accumulate, o.name = "stream_o";
+  detail::stream_gemv(o, s);
+  detail::StreamGemv gu;
+  gu.x = t.x, gu.M = t.M, gu.K = t.D, gu.ldx = t.D, gu.w = t.gate_up, gu.wt = t.gate_up_t, gu.N = 2 * t.F;
+  gu.y = t.act, gu.ldy = t.F, gu.epi = StreamEpi::SwiGLU, gu.norm = true, gu.g = t.g, gu.eps = t.eps;
+  gu.name = "stream_gate_up";
+  detail::stream_gemv(gu, s);
+  detail::StreamGemv dn;
+  dn.x = t.act, dn.M = t.M, dn.K = t.F, dn.ldx = t.F, dn.w = t.down, dn.wt = t.down_t, dn.N = t.D, dn.ldy = t.D;
+  dn.name = "stream_down";
+  if (next)
+    dn.y = t.x, dn.epi = StreamEpi::Accumulate, dn.y2 = t.out;
+  else
+    dn.y = t.out;
+  detail::stream_gemv(dn, s);
+  if (!next) return;
+  detail::StreamGemv nx;
+  nx.x = t.x, nx.M = t.M, nx.K = t.D, nx.ldx = t.D, nx.w = t.w_next, nx.wt = t.w_next_t, nx.N = t.n_next;
+  nx.y = t.y_next, nx.ldy = t.n_next, nx.norm = true, nx.g = t.g_next, nx.eps = t.eps, nx.name = "stream_next";
+  nx.ring_kb = 144;
+  detail::stream_gemv(nx, s);
 }
 
 }  // namespace augur::cuda

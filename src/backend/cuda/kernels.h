@@ -1,11 +1,13 @@
 // CUDA kernels behind backend/ops.h, as plain host-callable functions over raw
-// device pointers (no CUDA headers here, so ops.cpp compiles without nvcc).
+// device pointers (no CUDA headers here, so the ops_*.cpp files compile
+// without nvcc).
 //
-// Conventions: activations f32, weights and the KV cache bf16 (raw uint16_t
-// bits), accumulation f32. Every launch goes on `stream` and depends on sizes
-// only (never on data such as context lengths), so a decode step can be
-// captured once in a CUDA graph and replayed with new metadata. Errors from
-// CUDA are checked and thrown as augur::Error naming the kernel.
+// Conventions: activations f32, weights and the KV cache bf16 or f16 (raw
+// uint16_t bits, a Half says which), accumulation f32. Every launch goes on
+// `stream` and depends on sizes only (never on data such as context
+// lengths), so a decode step can be captured once in a CUDA graph and
+// replayed with new metadata. Errors from CUDA are checked and thrown as
+// augur::Error naming the kernel.
 #pragma once
 
 #include <cstddef>
@@ -66,8 +68,8 @@ void rms_norm(const float* x, const float* w, float eps, int64_t M, int64_t D, f
 
 // y = rms_norm(x) * g · wᵀ in one stream GEMV (the norm in its prologue), for
 // a decode step's first projection and its logits: no norm kernel, no h.
-// norm_matmul_fits: the shapes it takes (M <= 2, K % 8 == 0 up to 18432,
-// 16-byte aligned operands) and AUGUR_CUDA_STREAM on.
+// norm_matmul_fits: the shapes it takes (M <= 2, K % 8 == 0 up to 18432;
+// operands must be 16-byte aligned).
 // x: [M, K] f32 contiguous; g: [K] f32; w: [N, K] half; y: [M, N] f32 contiguous
 bool norm_matmul_fits(int64_t M, int64_t K, int64_t N);
 void norm_matmul(const float* x, int64_t M, int64_t K, const float* g, float eps, const half_bits* w, Half wt,
@@ -80,14 +82,13 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, Stream s)
 // h = x * rsqrt(mean(x^2) + eps) * w per row. x, o, h: [M, D] (h distinct); w: [D] f32
 void add_rms_norm(float* x, const float* o, const float* w, float eps, int64_t M, int64_t D, float* h, Stream s);
 
-// The end of a decoder block at decode, in one persistent kernel (decode_tail.cu):
-//   x += a · w_outᵀ;  h = rms_norm(x) * g;  out = down · (silu(gate · h) * (up · h))
-// and optionally the next block's input projection:
+// The end of a decoder block at decode (gemv.cu), as four stream GEMVs
+// with the residual adds, norms and SwiGLU fused into their ends:
+//   x += a · w_outᵀ;  out = down · swiglu(gate_up · (rms_norm(x) * g))
+// and with the next block's input projection (n_next > 0):
 //   x += out;  y_next = w_next · (rms_norm(x) * g_next)
-// The same arithmetic as matmul_half (M <= 2) + add_rms_norm + swiglu_matmul
-// (+ add_rms_norm + matmul_half); where a 4-row tile is cut between warps, its
-// parts add in another order.
-struct DecodeTail {
+// (n_next = 0: x is left at x + a · w_outᵀ).
+struct BlockTail {
   const float* a = nullptr;  // [M, Ka]
   int64_t M = 0, Ka = 0, D = 0, F = 0;
   const half_bits* w_out = nullptr;  // [D, Ka]
@@ -99,23 +100,17 @@ struct DecodeTail {
   Half gate_up_t = Half::BF16;
   const half_bits* down = nullptr;  // [D, F]
   Half down_t = Half::BF16;
-  float* o = nullptr;    // [M, D] scratch
   float* act = nullptr;  // [M, F] scratch
   float* out = nullptr;  // [M, D]
-  // The next projection (n_next = 0: none; then x is left at x + a · w_outᵀ).
   int64_t n_next = 0;
   const half_bits* w_next = nullptr;  // [n_next, D]
   Half w_next_t = Half::BF16;
   const float* g_next = nullptr;  // [D] f32
   float* y_next = nullptr;        // [M, n_next]
 };
-// Whether the shapes fit (M <= 2; Ka, D, F multiples of 8, n_next of 4; the
-// staged input in shared memory).
-bool decode_tail_fits(int64_t M, int64_t Ka, int64_t D, int64_t F, int64_t n_next = 0);
-// Whether the engine uses it: AUGUR_CUDA_DECODE_TAIL=1 (off by default: slower
-// inside the decode step so far), AUGUR_CUDA_TAIL_NEXT=0 without the next projection.
-bool decode_tail_enabled(bool with_next);
-void decode_tail(const DecodeTail& t, Stream s);
+// The shapes the stream GEMVs take (M <= 2; K of each up to 18432, a multiple of 8).
+bool block_tail_fits(int64_t M, int64_t Ka, int64_t D, int64_t F, int64_t n_next = 0);
+void block_tail(const BlockTail& t, Stream s);
 
 // SwiGLU on a fused gate/up projection: out[m, i] = silu(gu[m, i]) * gu[m, D + i].
 // gate_up: [M, 2 * D] f32; out: [M, D] f32
@@ -182,10 +177,10 @@ void paged_attention(const float* q, const half_bits* k_cache, const half_bits* 
 // query heads from qkv, and the block whose split holds the token's position
 // writes the token's K/V into the caches (a negative slot skips the store, as
 // there). Same results, bit for bit. decode_attention_rope_fits says when it
-// applies; decode_attention_rope_enabled whether the engine takes it for a
-// batch of n_tokens (AUGUR_CUDA_ATTN_ROPE; by default at batch 1).
-// Arguments as the two ops'.
-bool decode_attention_rope_enabled(int64_t n_tokens);
+// applies (any batch); the ops take it for one token (kRopeFusedTokens):
+// every block redoes its query heads' norm and RoPE, which costs more than
+// it saves at larger batches. Arguments as the two ops'.
+constexpr int64_t kRopeFusedTokens = 1;
 bool decode_attention_rope_fits(int64_t n_head, int64_t n_head_kv, int64_t head_dim, const AttnMeta& meta,
                                 bool gated);
 void decode_attention_rope(const float* qkv, const float* q_norm, const float* k_norm, float eps,

@@ -1,6 +1,6 @@
 // Mixture-of-experts kernels: top-k routing and the routed experts' SwiGLU
 // MLPs, on the device throughout (no host round trip per layer). Each
-// reproduces its CPU op in backend/cpu/moe_cpu.cpp / backend/ops.cpp in f32
+// reproduces its CPU op in backend/cpu/moe_cpu.cpp / backend/ops_moe.cpp in f32
 // (weights widened from their 16-bit type).
 #include <algorithm>
 

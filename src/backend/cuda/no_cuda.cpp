@@ -44,7 +44,6 @@ void paged_attention(const float*, const half_bits*, const half_bits*, int64_t, 
   no_cuda("paged_attention");
 }
 void argmax(const float*, int64_t, int64_t, int32_t*, int32_t*, Stream) { no_cuda("argmax"); }
-bool decode_attention_rope_enabled(int64_t) { return false; }
 bool decode_attention_rope_fits(int64_t, int64_t, int64_t, const AttnMeta&, bool) { return false; }
 void decode_attention_rope(const float*, const float*, const float*, float, const float*, int64_t, half_bits*,
                            half_bits*, int64_t, int64_t, int64_t, int64_t, const AttnMeta&, float, int32_t, float*,
@@ -66,9 +65,8 @@ void qkv_rope_store(const float*, int64_t, int64_t, int64_t, const float*, const
 void apply_penalties(float*, int64_t, const PenaltyEntry*, int64_t, Stream) { no_cuda("apply_penalties"); }
 void sample(const float*, int64_t, int64_t, const SampleRow*, int32_t*, int32_t*, Stream) { no_cuda("sample"); }
 void slice_cols(const float*, int64_t, int64_t, int64_t, int64_t, float*, Stream) { no_cuda("slice_cols"); }
-bool decode_tail_fits(int64_t, int64_t, int64_t, int64_t, int64_t) { return false; }
-bool decode_tail_enabled(bool) { return false; }
-void decode_tail(const DecodeTail&, Stream) { no_cuda("decode_tail"); }
+bool block_tail_fits(int64_t, int64_t, int64_t, int64_t, int64_t) { return false; }
+void block_tail(const BlockTail&, Stream) { no_cuda("block_tail"); }
 void swiglu_matmul(const float*, int64_t, int64_t, const half_bits*, Half, int64_t, float*, float*, Stream) {
   no_cuda("swiglu_matmul");
 }

@@ -1,10 +1,10 @@
-// AUGUR_CUDA_TIMELINE=path: every kernel's and copy's start and end on the GPU, from
-// CUPTI's activity records, written to path (CSV) at exit. For seeing where a
-// decode step loses time between kernels (PDL overlap, small kernels,
-// attention) without nsys, which the device machine lacks. libcupti is opened
-// with dlopen only when asked (AUGUR_CUDA_CUPTI names the file, else
-// libcupti.so.13 from the loader's path), so nothing links against it.
-// scripts/timeline.py and scripts/step_gaps.py read the file.
+// Profile builds only (-DAUGUR_CUDA_PROFILE=ON). AUGUR_CUDA_TIMELINE=path:
+// every kernel's and copy's start and end on the GPU, from CUPTI's activity
+// records, written to path (CSV) at exit. For seeing where a decode step
+// loses time between kernels (PDL overlap, small kernels, attention) without
+// nsys. libcupti is opened with dlopen only when asked (AUGUR_CUDA_CUPTI
+// names the file, else libcupti.so.13 from the loader's path), so nothing
+// links against it. scripts/timeline.py reads the file.
 #include <cupti_activity.h>
 #include <cxxabi.h>
 #include <dlfcn.h>

@@ -1,0 +1,117 @@
+#include "backend/executor.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace augur {
+
+Tensor Scratch::get(const std::string& slot, std::initializer_list<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  Tensor& buf = buffers_[slot];
+  if (!buf.defined() || buf.numel() < n) buf = empty_on(device_, DType::F32, {std::max<int64_t>(n, 1)});
+  return Tensor::view_of(buf.buffer(), 0, DType::F32, shape.begin(), int(shape.size()));
+}
+
+void Taps::record(const std::string& name, int64_t layer, const Tensor& t) {
+  Tensor copy = Tensor::empty(t.dtype(), t.shape().data(), t.ndim());
+  copy_tensor(t, copy);
+  tensors_[name + "." + std::to_string(layer)] = std::move(copy);
+}
+
+Tensor Taps::get(const std::string& key) const {
+  auto it = tensors_.find(key);
+  return it == tensors_.end() ? Tensor() : it->second;
+}
+
+namespace {
+
+// Attention grids are sized by a bound on the context: the next power of two
+// above the longest row (at least 256), capped by the cache. Decode graphs are
+// keyed by it, so a growing context re-records only at powers of two.
+int64_t context_bucket(const BatchPlan& plan, const KvCache& kv) {
+  int64_t need = 1;
+  for (int32_t p : plan.positions) need = std::max<int64_t>(need, int64_t(p) + 1);
+  int64_t bucket = 256;
+  while (bucket < need) bucket *= 2;
+  return std::min(bucket, kv.n_blocks() * kv.block_size());
+}
+
+bool is_decode_step(const BatchPlan& plan) {
+  if (plan.logit_tokens.size() != plan.rows.size()) return false;
+  for (const auto& r : plan.rows)
+    if (r.n_tokens != 1) return false;
+  return true;
+}
+
+// ids on the host replace the plan's tokens (checked against the vocabulary);
+// on an accelerator the uploaded layout reads them.
+void take_ids(BatchPlan& plan, const Tensor& ids, Device device, int64_t n_vocab) {
+  if (!ids.defined()) return;
+  if (ids.dtype() != DType::I32 || !ids.is_contiguous() || ids.numel() != plan.n_tokens() || ids.device() != device)
+    fail("[forward] token ids ", ids.shape_str(), " should be ", plan.n_tokens(), " contiguous I32 on ",
+         device_name(device));
+  if (device != Device::CPU) return;
+  const int32_t* p = ids.data<int32_t>();
+  for (int64_t t = 0; t < plan.n_tokens(); ++t) {
+    if (p[t] < 0 || p[t] >= n_vocab) fail("[forward] token id ", p[t], " outside the vocabulary [0, ", n_vocab, ")");
+    plan.tokens[size_t(t)] = p[t];
+  }
+}
+
+void upload(BatchPlan& plan, Device device, const KvCache& kv, int64_t ctx, const Tensor& ids) {
+  if (device == Device::CPU) return;
+  plan.device = ops::upload_batch(device, plan.tokens, plan.rows, kv.block_size(), ctx);
+  plan.device.fed_tokens = ids;
+}
+
+}  // namespace
+
+Executor::Executor(Device device)
+    : device_(device), graphs_(device == Device::CUDA && cuda_settings().graphs), scratch_(device) {}
+
+void Executor::run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, const Tensor& ids, const Body& body,
+                   bool eager) {
+  const int64_t n_out = int64_t(plan.logit_tokens.size());
+  if (!logits.defined() || logits.ndim() != 2 || logits.dim(0) != n_out ||
+      (logits.device() != Device::CPU && logits.device() != device_))
+    fail("[forward] logits ", logits.defined() ? logits.shape_str() : std::string("undefined"), " should be [", n_out,
+         ", n_vocab] on the host or ", device_name(device_));
+  const int64_t n_vocab = logits.dim(1);
+  take_ids(plan, ids, device_, n_vocab);
+  const int64_t ctx = context_bucket(plan, kv);
+  // Logits asked for on the device are written in place.
+  const bool direct = logits.device() == device_ && logits.is_contiguous();
+  if (!graphs_ || eager || !is_decode_step(plan)) {
+    upload(plan, device_, kv, ctx, ids);
+    Tensor out = direct ? logits : scratch_.get("logits", {n_out, n_vocab});
+    body(plan, scratch_, out);
+    if (!direct) copy_tensor(out, logits);
+    return;
+  }
+  auto& step = steps_[{kv.id(), int64_t(plan.rows.size()), ctx}];
+  const void* logits_at = direct ? logits.raw() : nullptr;
+  const void* ids_at = ids.defined() ? ids.raw() : nullptr;
+  if (!step || step->logits_at != logits_at || step->ids_at != ids_at) {
+    // First step of this shape (or of new addresses): run it eagerly (its
+    // allocations happen now, outside the recording), then record the same
+    // step for later replays.
+    if (!step) step = std::make_unique<Step>(Step{Scratch(device_), plan, nullptr});
+    step->plan = plan;
+    step->work.reset();
+    step->logits_at = logits_at;
+    step->ids_at = ids_at;
+    upload(step->plan, device_, kv, ctx, ids);
+    Tensor out = direct ? logits : step->scratch.get("logits", {n_out, n_vocab});
+    body(step->plan, step->scratch, out);
+    if (!direct) copy_tensor(out, logits);
+    step->work = capture(device_, [&] { body(step->plan, step->scratch, out); });
+    return;
+  }
+  ops::reupload_batch(step->plan.device, plan.tokens, plan.rows, kv.block_size());
+  step->work->replay();
+  if (!direct) copy_tensor(step->scratch.get("logits", {n_out, n_vocab}), logits);
+}
+
+}  // namespace augur

@@ -1,0 +1,101 @@
+// Running a forward over a flattened batch on a device. The model layer
+// writes its forward as a body of ops over a BatchPlan and a Scratch; the
+// executor uploads the batch layout, owns the activation buffers and, where
+// the device records work (CUDA graphs, cuda_settings().graphs), records each
+// decode step's shape once and replays it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/device.h"
+#include "backend/kv_cache.h"
+#include "backend/ops.h"
+#include "core/tensor.h"
+
+namespace augur {
+
+// The flattened batch: tokens of all rows back to back.
+struct BatchPlan {
+  std::vector<int32_t> tokens;        // [n_tokens]
+  std::vector<int32_t> positions;     // [n_tokens]
+  std::vector<ops::AttnRow> rows;     // one per row
+  std::vector<int32_t> logit_tokens;  // [n_out] batch indices whose logits are returned
+  ops::DeviceBatch device;            // the layout uploaded to an accelerator, if any
+  int64_t n_tokens() const { return int64_t(tokens.size()); }
+  ops::BatchView view() const { return {rows, positions, device.tokens.defined() ? &device : nullptr}; }
+};
+
+// Reusable activation buffers on one device, keyed by a slot name; a buffer
+// is reallocated only when a larger shape is asked for, so the addresses of a
+// decode step repeat (as a recorded graph needs).
+class Scratch {
+ public:
+  explicit Scratch(Device device = Device::CPU) : device_(device) {}
+  Tensor get(const std::string& slot, std::initializer_list<int64_t> shape);
+
+ private:
+  Device device_;
+  std::map<std::string, Tensor> buffers_;
+};
+
+// Intermediate tensors of a forward, recorded by name and layer
+// ("attn_out.3") as host copies, for comparing a model with its reference
+// layer by layer. A forward with taps runs eagerly.
+class Taps {
+ public:
+  void record(const std::string& name, int64_t layer, const Tensor& t);
+  // Keyed "name.layer"; undefined where nothing was recorded.
+  Tensor get(const std::string& key) const;
+  const std::map<std::string, Tensor>& all() const { return tensors_; }
+
+ private:
+  std::map<std::string, Tensor> tensors_;
+};
+
+class Executor {
+ public:
+  // The ops of a forward: reads plan (its view() and tokens), writes the
+  // logits of plan.logit_tokens into `logits` ([n_out, n_vocab] f32 on the
+  // executor's device), takes its buffers from `scratch`. It must queue the
+  // same work for the same shapes (it may be recorded and replayed).
+  using Body = std::function<void(const BatchPlan& plan, Scratch& scratch, const Tensor& logits)>;
+
+  explicit Executor(Device device);
+  Device device() const { return device_; }
+
+  // Runs `body` over `plan` for cache `kv` and leaves the logits in `logits`
+  // ([n_out, n_vocab] f32 on the host or this device). ids: the plan's token
+  // ids already on this device ([n_tokens] i32: a previous step's samples),
+  // or undefined (plan.tokens holds them). eager: never record (a body with
+  // host work of its own per step, such as taps).
+  // Pure decode steps (every row one token, one logit) are recorded once per
+  // (cache, rows, context bucket) with their own scratch, so their addresses
+  // never move, and replayed with the new layout.
+  void run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, const Tensor& ids, const Body& body,
+           bool eager = false);
+
+ private:
+  struct Step {
+    Scratch scratch;
+    BatchPlan plan;  // the recorded layout; refilled before each replay
+    std::unique_ptr<CapturedWork> work;
+    // What the recording addresses besides its scratch: the logits it writes
+    // (the caller's device tensor, or null: its scratch, copied out) and the
+    // ids it embeds (null: the uploaded ones). Others record it again.
+    const void* logits_at = nullptr;
+    const void* ids_at = nullptr;
+  };
+  Device device_;
+  bool graphs_;
+  Scratch scratch_;  // forwards that are not recorded
+  std::map<std::tuple<uint64_t, int64_t, int64_t>, std::unique_ptr<Step>> steps_;
+};
+
+}  // namespace augur

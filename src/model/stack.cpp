@@ -1,0 +1,174 @@
+#include "model/stack.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "model/weights.h"
+
+namespace augur {
+
+namespace {
+
+class DecoderStack final : public Model {
+ public:
+  DecoderStack(const StackConfig& cfg, StackWeights weights, WeightSource& src, ModelInfo info)
+      : cfg_(cfg), w_(std::move(weights)) {
+    info_ = std::move(info);
+    AUGUR_ASSERT(int64_t(w_.layers.size()) == cfg.n_layer, "one Block per layer");
+    inv_freq_ = src.constant_f32(cfg.inv_freq);
+    shape_.n_head = cfg.n_head;
+    shape_.n_head_kv = cfg.n_head_kv;
+    shape_.head_dim = cfg.head_dim;
+    shape_.scale = 1.0f / std::sqrt(float(cfg.head_dim));
+    shape_.norm_eps = cfg.rms_eps;
+
+    // Each layer's index into the KV cache (self-attention) or the recurrent
+    // state (linear attention).
+    int64_t n_full = 0, n_linear = 0;
+    for (const auto& l : w_.layers) cache_index_.push_back(l.linear ? n_linear++ : n_full++);
+
+    info_.n_layer = cfg.n_layer;
+    info_.d_model = cfg.d_model;
+    info_.n_vocab = cfg.n_vocab;
+    info_.max_position = cfg.max_position;
+    info_.n_params = src.n_params();
+    info_.weight_bytes = src.bytes();
+    info_.kv = {n_full, cfg.n_head_kv, cfg.head_dim};
+    if (n_linear > 0) {
+      const GatedDeltaNetShape& g = cfg.gdn;
+      info_.recurrent = {n_linear, g.conv_dim(), g.conv_kernel - 1, g.n_head, g.head_dim_k, g.head_dim_v};
+    }
+
+    // A decode step reads every dense matrix once, the routed experts' share
+    // of the expert matrices, and one row of the embedding.
+    double read = double(w_.head.nbytes()) + double(w_.embed.nbytes()) / double(cfg.n_vocab);
+    auto add = [&](const Tensor& t, double share = 1.0) {
+      if (t.defined()) read += double(t.nbytes()) * share;
+    };
+    for (const auto& l : w_.layers) {
+      for (const Tensor* t : {&l.gdn.in_all, &l.gdn.out, &l.attn.wqkv, &l.attn.wo, &l.mlp.gate_up, &l.mlp.down})
+        add(*t);
+      if (l.moe) {
+        const double share = double(l.experts.n_expert_used) / double(l.experts.router.dim(0));
+        add(l.experts.router);
+        add(l.experts.gate_up, share);
+        add(l.experts.down, share);
+        add(l.experts.shared.gate_up);
+        add(l.experts.shared.down);
+        add(l.experts.shared_gate);
+      }
+    }
+    info_.decode_weight_bytes = int64_t(read);
+  }
+
+ protected:
+  void prepare(std::span<const ForwardRow> rows, KvCache& kv) override {
+    if (info_.recurrent.n_layer == 0) return;
+    const RecurrentSpec& want = info_.recurrent;
+    const RecurrentSpec& have = kv.recurrent_spec();
+    if (have.n_layer != want.n_layer || have.conv_dim != want.conv_dim || have.conv_tail != want.conv_tail ||
+        have.n_head != want.n_head || have.head_dim_k != want.head_dim_k || have.head_dim_v != want.head_dim_v ||
+        kv.n_slots() <= 0)
+      fail("[forward] ", info_.model_type,
+           " keeps recurrent state: the cache needs state slots made for this model's RecurrentSpec");
+    std::vector<bool> used(size_t(kv.n_slots()), false);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const int32_t slot = rows[r].state_slot;
+      if (slot < 0 || slot >= kv.n_slots())
+        fail("[forward] row ", r, " has state slot ", slot, "; ", info_.model_type,
+             " keeps recurrent state and needs a slot in [0, ", kv.n_slots(), ")");
+      if (used[size_t(slot)]) fail("[forward] rows of one forward share state slot ", slot);
+      used[size_t(slot)] = true;
+    }
+    for (const ForwardRow& row : rows)
+      if (row.pos0 == 0) kv.zero_slot(row.state_slot);
+  }
+
+  // Reference: LlamaModel.forward, Qwen3Model.forward, Qwen3_5TextModel.forward,
+  // Qwen3NextModel.forward (pre-norm residual blocks).
+  void layers(const BatchPlan& plan, KvCache& kv, Scratch& scratch, const Tensor& logits, Taps* taps) override {
+    const int64_t T = plan.n_tokens(), d = cfg_.d_model;
+    const ops::BatchView batch = plan.view();
+    std::vector<ops::RecurrentRow> rec;
+    for (const auto& r : plan.rows) rec.push_back({r.token_begin, r.n_tokens, r.state_slot});
+    Tensor x = scratch.get("x", {T, d});  // residual stream
+    Tensor h = scratch.get("h", {T, d});  // normed input of a block
+    Tensor o = scratch.get("o", {T, d});  // output of a block
+    ops::embedding(w_.embed, plan.tokens, x, batch.device);
+    if (taps) taps->record("embed", 0, x);
+    // A block's input projection is made by the previous block's tail (with
+    // its norm and residual add) where it can be; taps need every block's
+    // output, so they make each block on its own.
+    const bool ahead = taps == nullptr;
+    auto input_w = [&](const Block& l) { return !ahead ? Tensor() : l.linear ? l.gdn.in_all : l.attn.wqkv; };
+    Tensor projected = first_block_input(x, w_.layers[0].attn_norm, cfg_.rms_eps, input_w(w_.layers[0]), h, scratch);
+    const bool fuse_head = ahead && logits_of_every_token(plan);
+    for (int64_t i = 0; i < cfg_.n_layer; ++i) {
+      const Block& l = w_.layers[size_t(i)];
+      const Block* next = i + 1 < cfg_.n_layer ? &w_.layers[size_t(i + 1)] : nullptr;
+      const int64_t c = cache_index_[size_t(i)];
+      const Tensor a = l.linear ? gated_deltanet_mix(h, l.gdn, cfg_.gdn, rec, kv.recurrent_layer(c), scratch, batch,
+                                                     projected)
+                                : attention_mix(h, l.attn, shape_, inv_freq_, batch, kv.layer(c), scratch, projected);
+      projected = Tensor();
+      const Tensor& w_out = l.linear ? l.gdn.out : l.attn.wo;
+      const Tensor& b_out = l.linear ? Tensor() : l.attn.bo;
+      if (l.moe || !ahead) {
+        ops::linear(a, w_out, o);
+        ops::add_bias(o, b_out);
+        if (taps) taps->record("attn_out", i, o);
+        ops::add_rms_norm(x, o, l.mlp_norm, cfg_.rms_eps, h);  // x += o; h = norm(x)
+        if (l.moe)
+          sparse_moe_block(h, l.experts, o, scratch);
+        else
+          swiglu_mlp(h, l.mlp, o, scratch);
+        if (taps) taps->record("mlp_out", i, o);
+      } else {
+        // o = mlp(norm(x += out(a))), then x += o and the next block's input
+        // projection (after the last block, the logits)
+        const bool head = next == nullptr && fuse_head;
+        projected = block_tail(a, w_out, b_out, x, l.mlp_norm, cfg_.rms_eps, l.mlp, h, o, scratch,
+                               next ? input_w(*next) : (head ? w_.head : Tensor()),
+                               next ? next->attn_norm : (head ? w_.final_norm : Tensor()), head ? logits : Tensor());
+        if (projected.defined() && head) return;  // x += o and the logits done there
+        if (projected.defined()) continue;        // x += o done there
+      }
+      if (next)
+        ops::add_rms_norm(x, o, next->attn_norm, cfg_.rms_eps, h);
+      else
+        ops::add_inplace(x, o);  // output_logits norms the rows it needs
+      if (taps) taps->record("hidden", i, x);
+    }
+    output_logits(x, w_.final_norm, cfg_.rms_eps, w_.head, plan, logits, scratch);
+  }
+
+ private:
+  StackConfig cfg_;
+  StackWeights w_;
+  AttentionShape shape_;
+  std::vector<int64_t> cache_index_;  // per layer: KV layer or recurrent layer index
+  Tensor inv_freq_;                   // [rot_dim / 2] f32
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_stack_model(const StackConfig& cfg, StackWeights weights, WeightSource& src,
+                                        ModelInfo info) {
+  return std::make_unique<DecoderStack>(cfg, std::move(weights), src, std::move(info));
+}
+
+void Model::forward(Executor& executor, std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits,
+                    const Tensor& ids, Taps* taps) {
+  BatchPlan plan = plan_batch(rows, info_.n_vocab, info_.max_position);
+  if (!logits.defined() || logits.dim(-1) != info_.n_vocab)
+    fail("[forward] logits ", logits.defined() ? logits.shape_str() : std::string("undefined"), " should be [",
+         plan.logit_tokens.size(), ", ", info_.n_vocab, "]");
+  prepare(rows, kv);
+  executor.run(
+      plan, kv, logits, ids,
+      [&](const BatchPlan& p, Scratch& scratch, const Tensor& out) { layers(p, kv, scratch, out, taps); },
+      taps != nullptr);
+}
+
+}  // namespace augur

@@ -1,0 +1,51 @@
+// The decoder stack every family composes: embedding, pre-norm residual
+// blocks, final norm and LM head,
+//   x += mixer(rms_norm(x)); x += mlp(rms_norm(x))
+// where a block's mixer is self-attention (plain or output-gated) or a Gated
+// DeltaNet, and its MLP a SwiGLU or a sparse MoE. A family file reads its
+// config and its checkpoint's names into StackWeights (norm conventions such
+// as 1 + γ resolved at load) and calls make_stack_model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/gated_deltanet.h"
+#include "model/layers.h"
+#include "model/model.h"
+#include "model/moe.h"
+
+namespace augur {
+
+class WeightSource;
+
+struct StackConfig : TransformerDims {
+  std::vector<float> inv_freq;  // [rot_dim / 2] (RoPE, possibly partial)
+  GatedDeltaNetShape gdn;       // linear-attention layers, where there are any
+};
+
+struct Block {
+  bool linear = false;         // mixer: Gated DeltaNet (true) or self-attention
+  Tensor attn_norm;            // [d_model] f32
+  AttentionWeights attn;       // self-attention layers
+  GatedDeltaNetWeights gdn;    // linear-attention layers
+  Tensor mlp_norm;             // [d_model] f32
+  bool moe = false;            // MLP: sparse MoE (true) or SwiGLU
+  MlpWeights mlp;
+  MoeWeights experts;
+};
+
+struct StackWeights {
+  Tensor embed;                // [n_vocab, d_model]
+  std::vector<Block> layers;
+  Tensor final_norm;           // [d_model] f32
+  Tensor head;                 // [n_vocab, d_model]
+};
+
+// `info` carries the family's identity; shapes and sizes are filled in here
+// (`src` for the parameter counts and the RoPE table's placement).
+std::unique_ptr<Model> make_stack_model(const StackConfig& cfg, StackWeights weights, WeightSource& src,
+                                        ModelInfo info);
+
+}  // namespace augur
