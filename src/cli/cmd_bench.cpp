@@ -103,12 +103,12 @@ DecodeFigures time_decode(std::unique_ptr<Model>& model, int64_t batch, int64_t 
   };
   while (!every_has(3))
     for (const Event& e : engine.step()) made[e.id] += int64_t(e.ids.size());
-  synchronize(info.device);
+  synchronize(info.placement.device());
   double kv_tokens = 0;  // K/V positions the timed steps read, over all rows
   for (const auto& [id, k] : made) kv_tokens += double(steps) * double(context + k) + double(steps * (steps - 1) / 2);
   const auto t0 = Clock::now();
   for (int64_t s = 0; s < steps; ++s) engine.step();
-  synchronize(info.device);
+  synchronize(info.placement.device());
   DecodeFigures f{batch, context, steps, seconds(t0, Clock::now()), 0, 0, 0};
   for (const auto& [id, k] : made) engine.cancel(id);
   while (!engine.idle()) engine.step();
@@ -117,7 +117,7 @@ DecodeFigures time_decode(std::unique_ptr<Model>& model, int64_t batch, int64_t 
   // A step reads every weight once, plus the K/V of every row's context, and
   // reads and writes each row's recurrent state (hybrid models).
   f.bytes_per_step = double(info.decode_weight_bytes) +
-                     double(info.kv.bytes_per_token(info.device)) * kv_tokens / double(steps) +
+                     double(info.kv.bytes_per_token(info.placement.device())) * kv_tokens / double(steps) +
                      2.0 * double(info.recurrent.bytes_per_slot()) * double(batch);
   f.bytes_per_s = f.bytes_per_step * double(steps) / f.seconds;
   return f;

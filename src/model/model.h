@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "backend/device.h"
 #include "backend/executor.h"
 #include "backend/kv_cache.h"
 #include "backend/ops.h"
+#include "backend/placement.h"
 #include "core/tensor.h"
 
 namespace augur {
@@ -31,7 +31,7 @@ struct ModelInfo {
   int64_t decode_weight_bytes = 0;  // weight bytes one decode step reads
   std::vector<int32_t> eos_ids; // config.json + generation_config.json
   int32_t bos_id = -1;
-  Device device = Device::CPU;  // where weights, activations and the cache live
+  Placement placement;          // where weights, activations and the cache live
   KvSpec kv;
   RecurrentSpec recurrent;      // n_layer 0: no recurrent state
 };
@@ -52,8 +52,8 @@ class Model {
  public:
   virtual ~Model() = default;
   const ModelInfo& info() const { return info_; }
-  // One forward over a flattened batch, run by `executor` (the model's
-  // device's). logits: [sum of rows' n_logits, n_vocab] f32, rows in order,
+  // One forward over a flattened batch, run by `executor` (made for the
+  // model's placement). logits: [sum of rows' n_logits, n_vocab] f32, rows in order,
   // on the host or the executor's device. ids: the rows' token ids already on
   // the device ([n_tokens] i32: a previous step's samples), the rows' tokens
   // then only counting them; or undefined. taps: records intermediate
@@ -72,15 +72,16 @@ class Model {
   ModelInfo info_;
 };
 
-// Loads a Hugging Face checkpoint directory (config.json + safetensors) onto
-// `device`, showing progress on a terminal. Unknown model_type is an error
+// Loads a Hugging Face checkpoint directory (config.json + safetensors), its
+// weights kept as `placement` says (the host by default), showing progress on
+// a terminal. Unknown model_type is an error
 // listing the supported ones.
-std::unique_ptr<Model> load_model(const std::string& dir, Device device = Device::CPU);
+std::unique_ptr<Model> load_model(const std::string& dir, const Placement& placement = Placement());
 
 // A model of a known shape with random weights made in memory, for benchmarks
 // (see synthetic_model_names()).
 std::unique_ptr<Model> make_synthetic_model(const std::string& name, uint64_t seed = 0,
-                                            Device device = Device::CPU);
+                                            const Placement& placement = Placement());
 std::vector<std::string> synthetic_model_names();
 
 }  // namespace augur

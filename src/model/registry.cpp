@@ -2,7 +2,6 @@
 
 #include <filesystem>
 
-#include "backend/device.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/json_config.h"
@@ -15,18 +14,17 @@ namespace {
 struct Family {
   const char* model_type;
   FamilyFactory factory;
-  bool cuda;  // every op the family uses has a CUDA implementation
 };
 
 // The registry: add a line when a family lands.
 constexpr Family kFamilies[] = {
-    {"llama", make_llama, true},
-    {"qwen3", make_qwen3, true},
-    {"qwen3_5", make_qwen3_5, true},          // text_config nested (multimodal checkpoint)
-    {"qwen3_5_text", make_qwen3_5, true},
-    {"qwen3_5_moe", make_qwen3_5_moe, true},  // text_config nested (multimodal checkpoint)
-    {"qwen3_5_moe_text", make_qwen3_5_moe, true},
-    {"qwen3_next", make_qwen3_next, true},
+    {"llama", make_llama},
+    {"qwen3", make_qwen3},
+    {"qwen3_5", make_qwen3_5},          // text_config nested (multimodal checkpoint)
+    {"qwen3_5_text", make_qwen3_5},
+    {"qwen3_5_moe", make_qwen3_5_moe},  // text_config nested (multimodal checkpoint)
+    {"qwen3_5_moe_text", make_qwen3_5_moe},
+    {"qwen3_next", make_qwen3_next},
 };
 
 void append_ids(const JsonConfig& cfg, const char* key, std::vector<int32_t>& ids) {
@@ -62,14 +60,12 @@ const Family& require_family(const JsonConfig& cfg, std::string_view model_type)
 
 }  // namespace
 
-std::unique_ptr<Model> build_model(const JsonConfig& cfg, WeightSource& weights, ModelInfo info, Device device) {
+std::unique_ptr<Model> build_model(const JsonConfig& cfg, WeightSource& weights, ModelInfo info,
+                                   const Placement& placement) {
   const Family* family = &require_family(cfg, info.model_type);
-  if (!device_available(device))
-    fail("[model] device ", device_name(device), " is not available (no GPU, or a build without CUDA)");
-  if (device != Device::CPU && !family->cuda)
-    fail("[model] ", info.model_type, " does not run on ", device_name(device), " yet; use --device cpu");
-  info.device = device;
-  weights.set_device(device);
+  placement.require_available();
+  info.placement = placement;
+  weights.set_placement(placement);
   return family->factory(cfg, weights, std::move(info));
 }
 
@@ -79,7 +75,7 @@ std::vector<std::string> family_names() {
   return names;
 }
 
-std::unique_ptr<Model> load_model(const std::string& dir, Device device) {
+std::unique_ptr<Model> load_model(const std::string& dir, const Placement& placement) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(dir)) fail("[model] ", dir, ": not a model directory");
   const JsonConfig cfg = JsonConfig::load((fs::path(dir) / "config.json").string());
@@ -98,7 +94,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, Device device) {
 
   auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
   auto weights = checkpoint_weights(ckpt);
-  return build_model(cfg, *weights, std::move(info), device);
+  return build_model(cfg, *weights, std::move(info), placement);
 }
 
 }  // namespace augur

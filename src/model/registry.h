@@ -20,8 +20,10 @@ using FamilyFactory = std::unique_ptr<Model> (*)(const JsonConfig& cfg, WeightSo
 // nullptr when no family has that model_type.
 FamilyFactory find_family(std::string_view model_type);
 // Looks up info.model_type (an error listing the supported ones when
-// unknown), checks the family runs on `device`, and builds it there.
-std::unique_ptr<Model> build_model(const JsonConfig& cfg, WeightSource& weights, ModelInfo info, Device device);
+// unknown) and builds it with its weights placed by `placement` (an error
+// when its device is not available).
+std::unique_ptr<Model> build_model(const JsonConfig& cfg, WeightSource& weights, ModelInfo info,
+                                   const Placement& placement);
 std::vector<std::string> family_names();
 
 // One line per family (defined in the family's file).

@@ -70,7 +70,7 @@ std::vector<std::string> synthetic_model_names() {
   return names;
 }
 
-std::unique_ptr<Model> make_synthetic_model(const std::string& name, uint64_t seed, Device device) {
+std::unique_ptr<Model> make_synthetic_model(const std::string& name, uint64_t seed, const Placement& placement) {
   for (const auto& [n, text] : kSynthetic) {
     if (name != n) continue;
     const JsonConfig cfg = JsonConfig::parse(text, "synthetic:" + name);
@@ -79,7 +79,7 @@ std::unique_ptr<Model> make_synthetic_model(const std::string& name, uint64_t se
     info.architecture = cfg.get_string_list("architectures")[0];
     for (int64_t id : cfg.get_int_list("eos_token_id")) info.eos_ids.push_back(int32_t(id));
     auto weights = synthetic_weights(seed);
-    return build_model(cfg, *weights, std::move(info), device);
+    return build_model(cfg, *weights, std::move(info), placement);
   }
   std::string known;
   for (const auto& n : synthetic_model_names()) known += (known.empty() ? "" : ", ") + n;

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <functional>
 
-#include "backend/device.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
@@ -18,14 +17,6 @@ std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
-}
-
-Tensor widen_f16(const Tensor& t) {
-  Tensor out = Tensor::empty(DType::F32, t.shape().data(), t.ndim());
-  const uint16_t* src = t.data<uint16_t>();
-  float* dst = out.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) dst[i] = f16_to_f32(src[i]);
-  return out;
 }
 
 float to_f32(const Tensor& t, int64_t i) {
@@ -98,25 +89,6 @@ class SyntheticWeights final : public WeightSource {
 
 }  // namespace
 
-Tensor WeightSource::place(Tensor t, bool matrix) const {
-  if (device_ == Device::CPU) return t;
-  if (!matrix) return to_device(t, device_);
-  // CUDA kernels read 16-bit weights, and the tensor-core path rounds its
-  // input to the weight's type: f16 keeps 3 more mantissa bits than bf16 at
-  // the same rate, so a matrix whose values fit f16's range (every one seen
-  // in practice) becomes f16 (bf16 widens exactly into it, f16 stays); the
-  // rest stay bf16.
-  if (t.dtype() == DType::F16 && device_half(device_) == DType::F16) return to_device(t, device_);
-  if (t.dtype() != DType::BF16) {
-    Tensor b = Tensor::empty(DType::BF16, t.shape().data(), t.ndim());
-    for (int64_t i = 0; i < t.numel(); ++i) b.data<uint16_t>()[i] = f32_to_bf16(to_f32(t, i));
-    t = b;
-  }
-  t = to_device(t, device_);
-  const bool f16 = device_half(device_) == DType::F16 && max_abs(t) <= 65504.0f;
-  return f16 ? convert_half(t, DType::F16) : t;
-}
-
 namespace {
 
 bool ends_with_any(std::string_view name, const std::vector<std::string>& suffixes) {
@@ -152,8 +124,7 @@ Tensor WeightSource::matrix(std::string_view name, std::initializer_list<int64_t
   Tensor t = fetch_canonical(name, std::vector<int64_t>(shape), false);
   n_params_ += t.numel();
   bytes_ += int64_t(t.nbytes());
-  if (device_ != Device::CPU) return place(t, true);
-  return t.dtype() == DType::F16 ? widen_f16(t) : t;
+  return placement_.matrix(t);
 }
 
 Tensor WeightSource::vector_f32(std::string_view name, int64_t n, float add) {
@@ -162,13 +133,13 @@ Tensor WeightSource::vector_f32(std::string_view name, int64_t n, float add) {
   bytes_ += int64_t(t.nbytes());
   Tensor out = Tensor::empty(DType::F32, {n});
   for (int64_t i = 0; i < n; ++i) out.data<float>()[i] = to_f32(t, i) + add;
-  return place(out, false);
+  return placement_.vector(out);
 }
 
 Tensor WeightSource::constant_f32(std::span<const float> values) const {
   Tensor out = Tensor::empty(DType::F32, {int64_t(values.size())});
   std::copy(values.begin(), values.end(), out.data<float>());
-  return place(out, false);
+  return placement_.vector(out);
 }
 
 Tensor WeightSource::tensor_f32(std::string_view name, std::initializer_list<int64_t> shape) {
@@ -177,7 +148,7 @@ Tensor WeightSource::tensor_f32(std::string_view name, std::initializer_list<int
   bytes_ += int64_t(t.nbytes());
   Tensor out = Tensor::empty(DType::F32, t.shape().data(), t.ndim());
   for (int64_t i = 0; i < t.numel(); ++i) out.data<float>()[i] = to_f32(t, i);
-  return place(out, false);
+  return placement_.vector(out);
 }
 
 std::unique_ptr<WeightSource> checkpoint_weights(std::shared_ptr<const Checkpoint> ckpt) {

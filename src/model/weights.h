@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/placement.h"
 #include "core/tensor.h"
 
 namespace augur {
@@ -43,8 +44,7 @@ class WeightSource {
   const CheckpointView& view() const { return view_; }
   std::string stored_name(std::string_view canonical) const;
 
-  // A weight used by matmul/embedding: bf16 and f32 stay as stored (zero-copy
-  // for a checkpoint); f16 is widened to f32.
+  // A weight used by matmul/embedding, as the placement keeps it.
   Tensor matrix(std::string_view name, std::initializer_list<int64_t> shape);
   // A 1-D gain or bias as an f32 copy, with `add` added to every element
   // (1 + γ norm conventions).
@@ -55,11 +55,9 @@ class WeightSource {
   // A table the model computes (RoPE frequencies), placed as vectors are.
   Tensor constant_f32(std::span<const float> values) const;
 
-  // Where matrix(), vector_f32(), tensor_f32() and constant_f32() put what they return (the
-  // CPU by default). On CUDA matrices are f16 where their values fit its
-  // range, else bf16 (f32 is rounded to bf16 first).
-  void set_device(Device d) { device_ = d; }
-  Device device() const { return device_; }
+  // Where and how matrix(), vector_f32(), tensor_f32() and constant_f32()
+  // keep what they return (the host, as stored, by default).
+  void set_placement(const Placement& p) { placement_ = p; }
 
   int64_t n_params() const { return n_params_; }
   int64_t bytes() const { return bytes_; }
@@ -69,11 +67,10 @@ class WeightSource {
   virtual Tensor fetch(std::string_view name, const std::vector<int64_t>& shape, bool is_vector) = 0;
 
  private:
-  Tensor place(Tensor t, bool matrix) const;
   // fetch() through the view: renamed, reshaped, gains unshifted (f32 copy then).
   Tensor fetch_canonical(std::string_view name, const std::vector<int64_t>& shape, bool is_vector);
   CheckpointView view_;
-  Device device_ = Device::CPU;
+  Placement placement_;
   int64_t n_params_ = 0;
   int64_t bytes_ = 0;
 };

@@ -281,7 +281,7 @@ void Engine::accept(Live& r, int32_t token, const float* logits_row, std::vector
 // sequence never records it, which only a model without recurrent state
 // can afford.
 bool Engine::can_chain() const {
-  if (!inflight_ || info().device == Device::CPU || info().recurrent.n_layer > 0) return false;
+  if (!inflight_ || info().placement.device() == Device::CPU || info().recurrent.n_layer > 0) return false;
   if (inflight_->rows.size() != live_.size()) return false;
   for (RequestId id : inflight_->rows) {
     auto it = live_.find(id);
@@ -312,7 +312,7 @@ void Engine::launch(std::vector<Event>& out) {
   std::vector<int32_t> n_logits;
   std::vector<Live*> rows;
   std::vector<bool> samples;  // the row's last logit is sampled
-  bool host_logits = info().device == Device::CPU;
+  bool host_logits = info().placement.device() == Device::CPU;
   int64_t budget = opts_.step_tokens;
   // Decoding rows first (one token each), then prompt chunks in order of arrival.
   for (auto& [id, rp] : live_) {

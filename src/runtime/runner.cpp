@@ -11,9 +11,9 @@ namespace augur {
 Runner::Runner(Model& model, const RunnerOptions& opts)
     : model_(&model),
       opts_(opts),
-      executor_(model.info().device),
+      executor_(model.info().placement.device()),
       kv_(model.info().kv, (opts.max_cached_tokens + opts.block_size - 1) / opts.block_size, opts.block_size,
-          model.info().recurrent, opts.max_sequences, model.info().device),
+          model.info().recurrent, opts.max_sequences, model.info().placement.device()),
       pool_(kv_.n_blocks()),
       slots_(kv_.n_slots()) {
   if (opts.prefill_chunk <= 0) fail("[runner] prefill_chunk must be positive");
@@ -31,7 +31,7 @@ Tensor Runner::step_ahead(std::span<Sequence* const> seqs, const Tensor& ids, Lo
     fail("[runner] step_ahead: ", seqs.size(), " rows need as many ids, got ",
          ids.defined() ? ids.shape_str() : std::string("none"));
   // (Ids sampled on the host, e.g. from prompt logits kept there, move over.)
-  const Device device = model_->info().device;
+  const Device device = model_->info().placement.device();
   const Tensor on_device = ids.device() == device ? ids : to_device(ids, device);
   const int32_t placeholder = 0;
   const std::vector<std::span<const int32_t>> tokens(seqs.size(), std::span<const int32_t>(&placeholder, 1));
@@ -54,7 +54,7 @@ Tensor Runner::run(std::span<Sequence* const> seqs, std::span<const std::span<co
     n_out += n_logits[i];
   }
   const int64_t n_vocab = model_->info().n_vocab;
-  const Device device = model_->info().device;
+  const Device device = model_->info().placement.device();
   Tensor logits;
   if (on == LogitsOn::Device && device != Device::CPU) {
     if (!device_logits_.defined() || device_logits_.numel() < std::max<int64_t>(n_out, 1) * n_vocab)
@@ -82,10 +82,10 @@ Tensor Runner::feed(Sequence& seq, std::span<const int32_t> tokens, bool all_log
   if (tokens.empty()) fail("[runner] nothing to feed");
   const int64_t n = int64_t(tokens.size()), n_vocab = model_->info().n_vocab;
   Sequence* seqs[] = {&seq};
-  if (on == LogitsOn::Device && model_->info().device != Device::CPU) {
+  if (on == LogitsOn::Device && model_->info().placement.device() != Device::CPU) {
     // The last chunk's logits stay where step() leaves them; all_logits
     // gathers every chunk's into a tensor of its own on the device.
-    Tensor out = all_logits ? empty_on(model_->info().device, DType::F32, {n, n_vocab}) : Tensor();
+    Tensor out = all_logits ? empty_on(model_->info().placement.device(), DType::F32, {n, n_vocab}) : Tensor();
     Tensor last;
     for (int64_t begin = 0; begin < n; begin += opts_.prefill_chunk) {
       const int64_t end = std::min(n, begin + opts_.prefill_chunk);
