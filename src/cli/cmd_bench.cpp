@@ -125,7 +125,8 @@ DecodeFigures time_decode(std::unique_ptr<Model>& model, int64_t batch, int64_t 
 
 struct BenchArgs {
   std::string device;  // "" = CUDA where a GPU is present, else the CPU
-  std::string synthetic;
+  std::string model;      // a checkpoint directory, or
+  std::string synthetic;  // a shape with random weights
   std::string prompts = "512";
   int64_t gen = 32;
   std::string batches = "1";
@@ -145,12 +146,12 @@ std::vector<int64_t> parse_list(const std::string& text, const char* option) {
 
 int bench(const BenchArgs& a) {
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
-  if (a.synthetic.empty()) fail("[bench] give --synthetic NAME");
+  if (a.synthetic.empty() == a.model.empty()) fail("[bench] give a model directory or --synthetic NAME (one of them)");
   if (a.gen <= 0) fail("[bench] --gen must be positive");
   const std::vector<int64_t> prompts = parse_list(a.prompts, "--prompt");
   const int64_t prompt_len = prompts[0];  // the decode runs' context
   const auto names = synthetic_model_names();
-  if (std::find(names.begin(), names.end(), a.synthetic) == names.end())
+  if (!a.synthetic.empty() && std::find(names.begin(), names.end(), a.synthetic) == names.end())
     make_synthetic_model(a.synthetic);  // throws, listing the known shapes
   const std::vector<int64_t> batches = parse_list(a.batches, "--batch");
   const std::vector<int64_t> contexts = a.contexts.empty() ? std::vector<int64_t>{} : parse_list(a.contexts, "--context");
@@ -159,9 +160,10 @@ int bench(const BenchArgs& a) {
 
   std::fprintf(stderr, "measuring %s copy bandwidth...\n", std::string(device_name(device)).c_str());
   const double copy_bw = measure_copy_bandwidth(device);
-  std::fprintf(stderr, "building %s with random weights on %s...\n", a.synthetic.c_str(),
-               std::string(device_name(device)).c_str());
-  auto model = make_synthetic_model(a.synthetic, 1, device);
+  const std::string name = a.synthetic.empty() ? a.model : a.synthetic;
+  std::fprintf(stderr, "%s %s on %s...\n", a.synthetic.empty() ? "loading" : "building with random weights",
+               name.c_str(), std::string(device_name(device)).c_str());
+  auto model = a.synthetic.empty() ? load_model(a.model, device) : make_synthetic_model(a.synthetic, 1, device);
   const ModelInfo& info = model->info();
   std::mt19937 rng(7);
 
@@ -212,7 +214,7 @@ int bench(const BenchArgs& a) {
                    {"bytes_per_step", f.bytes_per_step},
                    {"bytes_per_s", f.bytes_per_s},
                    {"fraction_of_copy_bandwidth", f.bytes_per_s / copy_bw}});
-    nlohmann::json out = {{"model", a.synthetic},
+    nlohmann::json out = {{"model", name},
                           {"device", device_name(device)},
                           {"threads", threads},
                           {"n_params", info.n_params},
@@ -232,7 +234,7 @@ int bench(const BenchArgs& a) {
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }
-  std::printf("model            %s (%.2f B params, %.2f GB weights) on %s%s\n", a.synthetic.c_str(),
+  std::printf("model            %s (%.2f B params, %.2f GB weights) on %s%s\n", name.c_str(),
               double(info.n_params) / 1e9, double(info.weight_bytes) / 1e9, std::string(device_name(device)).c_str(),
               device == Device::CPU ? (", " + std::to_string(threads) + " threads").c_str() : "");
   std::printf("copy bandwidth   %.2f GB/s (read + write)\n", copy_bw / 1e9);
@@ -251,11 +253,12 @@ int bench(const BenchArgs& a) {
 Handler add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed");
-  cmd->add_option("--synthetic", a->synthetic, "Model shape with random weights: " + [] {
+  cmd->add_option("model", a->model, "Checkpoint directory (config.json + safetensors)");
+  cmd->add_option("--synthetic", a->synthetic, "Instead of a checkpoint, a model shape with random weights: " + [] {
     std::string s;
     for (const auto& n : synthetic_model_names()) s += (s.empty() ? "" : ", ") + n;
     return s;
-  }())->required();
+  }());
   cmd->add_option("--prompt", a->prompts, "Prefill lengths, e.g. 2048,16384; the first is the decode runs' context")
       ->capture_default_str();
   cmd->add_option("--gen", a->gen, "Decode steps")->capture_default_str();

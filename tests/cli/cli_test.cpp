@@ -210,6 +210,21 @@ TEST(Cli, BadArgumentsAreClearErrors) {
   expect_error(run("run --prompt-ids 1,99999"), {"99999", "vocabulary"});
   expect_error(run("run /nonexistent/model --prompt-ids 1"), {"/nonexistent/model"});
   expect_error(run("bench --synthetic nope"), {"nope", "qwen3-0.6b"});
+  expect_error(run("bench"), {"--synthetic"});
+  expect_error(run("bench " + kData + "/qwen3 --synthetic qwen3-0.6b"), {"one of them"});
+}
+
+// bench on a checkpoint: batch 2 decodes both rows together after both prefill.
+TEST(Cli, BenchMeasuresACheckpoint) {
+  Result r = run("bench " + kData + "/qwen3_5 --device cpu --prompt 8 --gen 3 --batch 1,2 -t 1 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const size_t at = r.out.rfind("\n{");  // the JSON line, after the progress lines
+  ASSERT_NE(at, std::string::npos) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(at + 1));
+  EXPECT_EQ(j["model"], kData + "/qwen3_5");
+  ASSERT_EQ(j["decode"].size(), 2u);
+  EXPECT_EQ(j["decode"][1]["batch"], 2);
+  for (const auto& d : j["decode"]) EXPECT_GT(d["tokens_per_s"].get<double>(), 0.0);
 }
 
 // --- malformed checkpoints: each exits non-zero naming the file and problem ---
