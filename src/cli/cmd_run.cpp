@@ -1,5 +1,5 @@
 // augur run MODEL_DIR (--prompt-ids 1,2,3 | -p TEXT | --chat TEXT) [-n N] [sampling]
-//           [--stop S]... [--json] [--logits-out FILE]
+//           [--stop S]... [--json] [--logits-out FILE] [--draft ngram [--draft-tokens K]]
 #include <cstdio>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -59,6 +59,8 @@ struct RunArgs {
   int64_t ctx = 0;
   int64_t block_size = 16;
   int64_t prefill_chunk = 512;
+  std::string draft;         // speculative decoding's draft source ("ngram")
+  int32_t draft_tokens = 4;  // most drafts a step
 };
 
 int run(const RunArgs& a) {
@@ -112,6 +114,8 @@ int run(const RunArgs& a) {
   params.ignore_eos = a.ignore_eos;
   params.stop = a.stops;
   params.prompt_logits = !a.logits_out.empty();
+  params.speculation.draft = a.draft;
+  params.speculation.k = a.draft_tokens;
   std::string out_text;
   std::vector<int32_t> ids;  // every generated id
   const bool print_text = engine.text() != nullptr && !a.json;
@@ -146,6 +150,16 @@ int run(const RunArgs& a) {
           {"decode_s", t.decode_s},
           {"decode_tokens_per_s", decode_tps}}}};
     if (engine.text()) out["text"] = out_text;
+    if (!a.draft.empty()) {
+      const DraftStats& d = res.drafts;
+      out["speculation"] = {{"draft", a.draft},
+                            {"rounds", d.rounds},
+                            {"drafted", d.drafted},
+                            {"accepted", d.accepted},
+                            {"full_rounds", d.full_rounds},
+                            {"acceptance_rate", d.drafted > 0 ? double(d.accepted) / double(d.drafted) : 0.0},
+                            {"mean_accepted_per_round", d.rounds > 0 ? double(d.accepted) / double(d.rounds) : 0.0}};
+    }
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf("\n");
@@ -153,6 +167,9 @@ int run(const RunArgs& a) {
     std::fprintf(stderr, "prefill: %lld tokens, %.1f tok/s | decode: %lld tokens, %.1f tok/s | %s\n",
                  (long long)t.prefill_tokens, prefill_tps, (long long)t.decode_tokens, decode_tps,
                  finish_reason_name(res.finish));
+    if (!a.draft.empty())
+      std::fprintf(stderr, "speculation (%s): %lld of %lld drafts accepted in %lld verify steps\n", a.draft.c_str(),
+                   (long long)res.drafts.accepted, (long long)res.drafts.drafted, (long long)res.drafts.rounds);
   }
   return 0;
 }
@@ -180,6 +197,8 @@ Handler add_run(CLI::App& app) {
   cmd->add_option("--ctx", a->ctx, "KV cache capacity in tokens (default: prompt + max tokens)");
   cmd->add_option("--block-size", a->block_size, "Tokens per KV block")->capture_default_str();
   cmd->add_option("--prefill-chunk", a->prefill_chunk, "Longest prompt chunk per forward")->capture_default_str();
+  cmd->add_option("--draft", a->draft, "Speculative decoding (greedy): ngram (prompt lookup)");
+  cmd->add_option("--draft-tokens", a->draft_tokens, "Most draft tokens a step")->capture_default_str();
   return [a] { return run(*a); };
 }
 

@@ -74,6 +74,9 @@ struct Engine::Live {
   std::vector<int32_t> stop_ids;
   std::vector<int32_t> generated;
   int32_t pending = -1;           // sampled, not yet fed
+  std::unique_ptr<DraftSource> draft;  // speculation's source, when asked for
+  std::vector<int32_t> feed;      // this step's tokens of a decoding row: pending, then drafts
+  DraftStats stats;
   std::optional<StreamDecoder> decoder;
   std::optional<StopMatcher> stopper;
   Tensor prompt_logits;
@@ -90,6 +93,7 @@ struct Engine::Live {
 // A forward whose sampled ids are still on their way to the host.
 struct Engine::Inflight {
   std::vector<RequestId> rows;     // the sampled rows' requests, in order
+  std::vector<int32_t> n_ids;      // per row, its sampled logits: 1, or 1 + drafts (a verify)
   ops::SampledIds ids;
   Tensor host_logits;              // the sampled rows' logits when on the host (logprobs)
 };
@@ -149,6 +153,17 @@ void Engine::close_session(int64_t session) {
 
 RequestId Engine::submit(const Prompt& prompt, const RequestParams& params) {
   validate(params.sampling);
+  validate(params.speculation);
+  if (!params.speculation.draft.empty()) {
+    // The verifier accepts drafts equal to the target's argmax; sampled rows
+    // need rejection sampling, and penalties, logprobs and sessions a history
+    // per draft position: not yet.
+    const SamplingParams& sp = params.sampling;
+    if (sp.temperature != 0.0f) fail("[engine] speculative decoding is greedy only so far (temperature 0)");
+    if (has_penalties(sp)) fail("[engine] speculative decoding does not take penalties yet");
+    if (params.logprobs >= 0) fail("[engine] speculative decoding does not return logprobs yet");
+    if (params.session >= 0) fail("[engine] speculative decoding does not run in sessions yet");
+  }
   if (params.max_tokens < 0) fail("[engine] max_tokens must be >= 0, got ", params.max_tokens);
   if (!params.stop.empty() && !text_) fail("[engine] stop strings need the checkpoint's tokenizer");
   if (params.logprobs > 20) fail("[engine] logprobs must be at most 20, got ", params.logprobs);
@@ -162,6 +177,7 @@ RequestId Engine::submit(const Prompt& prompt, const RequestParams& params) {
   r->id = next_id_++;
   r->params = params;
   r->prompt = std::move(ids);
+  r->draft = make_draft_source(params.speculation);
   if (!params.ignore_eos) r->stop_ids = info().eos_ids;
   r->stop_ids.insert(r->stop_ids.end(), params.stop_ids.begin(), params.stop_ids.end());
   if (text_) {
@@ -233,6 +249,7 @@ void Engine::finish(Live& r, FinishReason why, std::vector<Event>& out) {
   e.timings.decode_s = seconds(r.t_first, r.t_last);
   e.timings.prefill_tokens = int64_t(r.prompt.size()) - r.cached;
   e.timings.decode_tokens = std::max<int64_t>(int64_t(r.generated.size()) - 1, 0);
+  e.drafts = r.stats;
   e.prompt_ids = r.prompt;
   e.prompt_logits = r.prompt_logits;
   out.push_back(std::move(e));
@@ -287,7 +304,7 @@ bool Engine::can_chain() const {
     auto it = live_.find(id);
     if (it == live_.end()) return false;
     const Live& r = *it->second;
-    if (r.done || r.cancelled || r.prefilling() || r.params.logprobs >= 0 || r.params.prompt_logits ||
+    if (r.done || r.cancelled || r.prefilling() || r.draft || r.params.logprobs >= 0 || r.params.prompt_logits ||
         has_penalties(r.params.sampling) || int64_t(r.generated.size()) + 1 >= r.params.max_tokens)
       return false;
   }
@@ -297,13 +314,39 @@ bool Engine::can_chain() const {
 void Engine::resolve(Inflight& f, std::vector<Event>& out) {
   const auto ids = f.ids.host();
   const int64_t n_vocab = info().n_vocab;
-  for (size_t i = 0; i < f.rows.size(); ++i) {
+  std::vector<Sequence*> roll;  // rows that keep fewer drafts than they fed
+  std::vector<int64_t> keep;
+  size_t at = 0;
+  for (size_t i = 0; i < f.rows.size(); at += size_t(f.n_ids[i]), ++i) {
     auto it = live_.find(f.rows[i]);
     if (it == live_.end() || it->second->done) continue;
     Live& r = *it->second;
-    r.pending = ids[i];
-    accept(r, ids[i], f.host_logits.defined() ? f.host_logits.data<float>() + int64_t(i) * n_vocab : nullptr, out);
+    if (f.n_ids[i] == 1) {
+      r.pending = ids[at];
+      accept(r, ids[at], f.host_logits.defined() ? f.host_logits.data<float>() + int64_t(at) * n_vocab : nullptr,
+             out);
+      continue;
+    }
+    // A verify: the target's greedy token after the pending one and after
+    // each draft. Drafts are kept while they equal it; its token at the
+    // first difference (or after the last draft) comes as well.
+    const int64_t m = f.n_ids[i] - 1;
+    int64_t j = 0;
+    while (j < m && r.feed[size_t(1 + j)] == ids[at + size_t(j)]) ++j;
+    ++r.stats.rounds;
+    r.stats.drafted += m;
+    r.stats.accepted += j;
+    r.stats.full_rounds += j == m;
+    for (int64_t t = 0; t <= j && !r.done; ++t) {
+      r.pending = ids[at + size_t(t)];
+      accept(r, r.pending, nullptr, out);
+    }
+    if (!r.done && j < m) {  // the fed drafts after the first rejected one leave the sequence
+      roll.push_back(r.seq);
+      keep.push_back(r.seq->length() - (m - j));
+    }
   }
+  if (!roll.empty()) runner_->rollback(roll, keep);
 }
 
 void Engine::launch(std::vector<Event>& out) {
@@ -312,6 +355,7 @@ void Engine::launch(std::vector<Event>& out) {
   std::vector<int32_t> n_logits;
   std::vector<Live*> rows;
   std::vector<bool> samples;  // the row's last logit is sampled
+  std::vector<bool> verify;   // every logit of the row is (a decoding row: pending and drafts)
   bool host_logits = info().placement.device() == Device::CPU;
   int64_t budget = opts_.step_tokens;
   // Decoding rows first (one token each), then prompt chunks in order of arrival.
@@ -319,11 +363,27 @@ void Engine::launch(std::vector<Event>& out) {
     Live& r = *rp;
     if (r.done || r.prefilling()) continue;
     AUGUR_ASSERT(r.pending >= 0, "a decoding request without its next token");
+    r.feed.assign(1, r.pending);
+    if (r.draft) {
+      // Drafts while the request has room for them and the bonus token, and
+      // the positions stay within the model's.
+      int64_t room = r.params.max_tokens - int64_t(r.generated.size()) - 1;
+      if (info().max_position > 0) room = std::min(room, info().max_position - r.seq->length() - 1);
+      if (room > 0) {
+        std::vector<int32_t> history = r.prompt;
+        history.insert(history.end(), r.generated.begin(), r.generated.end());  // ends with pending
+        const auto drafts = r.draft->propose(history, int32_t(std::min<int64_t>(room, r.params.speculation.k)));
+        r.feed.insert(r.feed.end(), drafts.begin(), drafts.end());
+      }
+      // Recurrent state goes back only to a capture: one before the verify.
+      if (r.feed.size() > 1 && r.seq->state_slot() >= 0) r.seq->capture();
+    }
     rows.push_back(&r);
     seqs.push_back(r.seq);
-    tokens.emplace_back(&r.pending, 1);
-    n_logits.push_back(1);
+    tokens.emplace_back(r.feed);
+    n_logits.push_back(int32_t(r.feed.size()));
     samples.push_back(true);
+    verify.push_back(true);
     host_logits |= r.params.logprobs >= 0;
   }
   for (auto& [id, rp] : live_) {
@@ -338,6 +398,7 @@ void Engine::launch(std::vector<Event>& out) {
     tokens.emplace_back(r.prompt.data() + r.fed, n);
     n_logits.push_back(r.params.prompt_logits ? int32_t(n) : int32_t(sample));
     samples.push_back(sample);
+    verify.push_back(false);
     host_logits |= r.params.prompt_logits || (sample && r.params.logprobs >= 0);
   }
   if (rows.empty()) return;
@@ -372,8 +433,12 @@ void Engine::launch(std::vector<Event>& out) {
     }
     at += n_logits[i];
     if (samples[i]) {
-      sample_at.push_back(at - 1);
+      // A decoding row samples each of its logits (a verify: 1 + drafts),
+      // a prompt's last chunk its last.
+      const int32_t n = verify[i] ? n_logits[i] : 1;
+      for (int32_t t = n; t > 0; --t) sample_at.push_back(at - t);
       inflight->rows.push_back(r.id);
+      inflight->n_ids.push_back(n);
     } else if (!r.prefilling() && r.params.max_tokens == 0) {
       finish(r, FinishReason::Length, out);
     }
@@ -395,7 +460,8 @@ void Engine::launch(std::vector<Event>& out) {
   std::vector<ops::PenaltyEntry> penalties;
   for (size_t i = 0; i < inflight->rows.size(); ++i) {
     Live& r = *live_.at(inflight->rows[i]);
-    srows.push_back(r.sampler.device_row(int32_t(i), int32_t(n_vocab), r.prompt, r.generated, penalties));
+    for (int32_t t = 0; t < inflight->n_ids[i]; ++t)  // (a verify's rows are greedy: no draws, no penalties)
+      srows.push_back(r.sampler.device_row(int32_t(srows.size()), int32_t(n_vocab), r.prompt, r.generated, penalties));
   }
   if (!penalties.empty()) ops::apply_penalties(to_sample, penalties);
   inflight->ids = runner_->sample(to_sample, srows);
@@ -414,6 +480,7 @@ std::vector<Event> Engine::step() {
     const Tensor logits = runner_->step_ahead(seqs, prev->ids.device(), LogitsOn::Device);
     auto next = std::make_unique<Inflight>();
     next->rows = prev->rows;
+    next->n_ids.assign(next->rows.size(), 1);
     std::vector<ops::SampleRow> srows;
     std::vector<ops::PenaltyEntry> none;
     for (size_t i = 0; i < next->rows.size(); ++i) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "runtime/draft.h"
 #include "runtime/runner.h"
 #include "runtime/sampler.h"
 #include "runtime/text_model.h"
@@ -55,6 +56,9 @@ struct RequestParams {
   // A session keeps its sequence after the request: the next request of the
   // session feeds only what follows the longest prefix it already holds.
   int64_t session = -1;
+  // Speculative decoding (greedy requests without penalties, logprobs or a
+  // session, for now): drafts verified by the target, output unchanged.
+  SpeculationParams speculation;
 };
 
 enum class FinishReason { Stop, Length, Cancelled };
@@ -70,6 +74,16 @@ struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens the session already held
+};
+
+// What speculation did for a request: verify rounds with at least one draft,
+// drafts proposed, drafts the target agreed with, and the rounds in which it
+// agreed with every one.
+struct DraftStats {
+  int64_t rounds = 0;
+  int64_t drafted = 0;
+  int64_t accepted = 0;
+  int64_t full_rounds = 0;
 };
 
 struct Timings {
@@ -89,6 +103,7 @@ struct Event {
   FinishReason finish = FinishReason::Length;
   Usage usage;
   Timings timings;
+  DraftStats drafts;
   std::vector<int32_t> prompt_ids;
   Tensor prompt_logits;  // [n_prompt fed, n_vocab] f32 on the host, when asked for
 };

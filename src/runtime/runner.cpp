@@ -68,6 +68,36 @@ Tensor Runner::run(std::span<Sequence* const> seqs, std::span<const std::span<co
   return logits;
 }
 
+void Runner::rollback(std::span<Sequence* const> seqs, std::span<const int64_t> keep) {
+  AUGUR_ASSERT(seqs.size() == keep.size(), "rollback arity");
+  std::vector<Sequence*> replay;
+  std::vector<std::vector<int32_t>> tokens;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Sequence& s = *seqs[i];
+    if (keep[i] < 0 || keep[i] > s.length())
+      fail("[runner] rollback to ", keep[i], " tokens of a sequence of ", s.length());
+    if (keep[i] == s.length()) continue;
+    if (s.state_slot() < 0) {
+      s.truncate(keep[i]);
+      continue;
+    }
+    const int64_t mark = s.marked_length();
+    if (mark < 0 || mark > keep[i])
+      fail("[runner] rollback to ", keep[i], " tokens needs a capture at or below it (last: ", mark, ")");
+    tokens.emplace_back(s.tokens().begin() + mark, s.tokens().begin() + keep[i]);
+    s.truncate(mark);
+    if (!tokens.back().empty()) {
+      replay.push_back(&s);
+    } else {
+      tokens.pop_back();
+    }
+  }
+  if (replay.empty()) return;
+  std::vector<std::span<const int32_t>> spans(tokens.begin(), tokens.end());
+  const std::vector<int32_t> none(replay.size(), 0);
+  step(replay, spans, none);
+}
+
 ops::SampledIds Runner::sample(const Tensor& logits, std::span<const ops::SampleRow> rows) {
   if (!logits.defined() || logits.ndim() != 2 || logits.device() == Device::CPU)
     return ops::sample_async(logits, rows);

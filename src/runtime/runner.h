@@ -51,6 +51,13 @@ class Runner {
   // stop token): its sequence is then as if the step had not run.
   Tensor step_ahead(std::span<Sequence* const> seqs, const Tensor& ids, LogitsOn on = LogitsOn::Host);
 
+  // Rolls each sequence back to its first keep[i] tokens (rejected drafts):
+  // K/V by truncation; recurrent state, which only follows the last token, by
+  // going back to the sequence's last capture() (which must lie at or below
+  // keep[i]) and feeding the kept tokens after it again, all such rows in one
+  // forward. The state is then what feeding only the kept tokens leaves.
+  void rollback(std::span<Sequence* const> seqs, std::span<const int64_t> keep);
+
   // ops::sample_async into this runner's ids buffer on the device (one
   // address, which the decode graphs of step_ahead read in place): device()
   // holds the ids until the next sample of this runner.
