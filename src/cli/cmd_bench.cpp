@@ -72,6 +72,7 @@ std::vector<int32_t> random_ids(int64_t n, int64_t n_vocab, std::mt19937& rng) {
 struct DecodeFigures {
   int64_t batch, context, steps;
   double seconds, tokens_per_s, bytes_per_step, bytes_per_s;
+  int64_t tokens = 0;  // generated in the timed steps (batch x steps without speculation)
 };
 
 // `batch` requests of `context` random prompt tokens decode greedily
@@ -80,22 +81,37 @@ struct DecodeFigures {
 // requests decode while the last still prefill: once every request has its
 // first three tokens (the decode graph captured, first-use allocations
 // made), the next `steps` steps are timed, every row decoding in each (each
-// request may make enough tokens for that).
+// request may make enough tokens for that). With speculation each step
+// verifies drafts; the "replay" source replays a first, untimed plain run's
+// continuation of each prompt (every draft accepted: the upper bound).
 DecodeFigures time_decode(std::unique_ptr<Model>& model, int64_t batch, int64_t context, int64_t steps,
-                          std::mt19937& rng) {
+                          std::mt19937& rng, const SpeculationParams& spec) {
   EngineOptions eo;
   eo.step_tokens = std::min<int64_t>(context, 4096);
   const int64_t prefill_steps = batch * ((context + eo.step_tokens - 1) / eo.step_tokens);
+  const int64_t per_step = spec.draft.empty() ? 1 : 1 + spec.k;
   RequestParams params;
   params.ignore_eos = true;
-  params.max_tokens = prefill_steps + steps + 8;
+  params.max_tokens = (prefill_steps + steps + 8) * per_step;
   eo.max_cached_tokens = batch * (context + params.max_tokens + 16);
   eo.max_sequences = batch;
   Engine engine(std::move(model), std::nullopt, eo);
   const ModelInfo& info = engine.info();
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t b = 0; b < batch; ++b) prompts.push_back(random_ids(context, info.n_vocab, rng));
+  std::vector<std::vector<int32_t>> records(prompts);
+  if (spec.draft == "replay") {
+    std::map<RequestId, size_t> row;
+    for (size_t b = 0; b < prompts.size(); ++b) row[engine.submit(Prompt::of_ids(prompts[b]), params)] = b;
+    while (!engine.idle())
+      for (const Event& e : engine.step()) records[row[e.id]].insert(records[row[e.id]].end(), e.ids.begin(), e.ids.end());
+  }
   std::map<RequestId, int64_t> made;  // tokens each request has made
-  for (int64_t b = 0; b < batch; ++b)
-    made[engine.submit(Prompt::of_ids(random_ids(context, info.n_vocab, rng)), params)] = 0;
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    params.speculation = spec;
+    if (spec.draft == "replay") params.speculation.replay = records[b];
+    made[engine.submit(Prompt::of_ids(prompts[b]), params)] = 0;
+  }
   auto every_has = [&](int64_t n) {
     for (const auto& [id, k] : made)
       if (k < n) return false;
@@ -106,14 +122,19 @@ DecodeFigures time_decode(std::unique_ptr<Model>& model, int64_t batch, int64_t 
   synchronize(info.placement.device());
   double kv_tokens = 0;  // K/V positions the timed steps read, over all rows
   for (const auto& [id, k] : made) kv_tokens += double(steps) * double(context + k) + double(steps * (steps - 1) / 2);
+  int64_t tokens = 0;
   const auto t0 = Clock::now();
-  for (int64_t s = 0; s < steps; ++s) engine.step();
+  for (int64_t s = 0; s < steps; ++s)
+    for (const Event& e : engine.step()) tokens += int64_t(e.ids.size());
   synchronize(info.placement.device());
-  DecodeFigures f{batch, context, steps, seconds(t0, Clock::now()), 0, 0, 0};
+  DecodeFigures f{batch, context, steps, seconds(t0, Clock::now()), 0, 0, 0, tokens};
   for (const auto& [id, k] : made) engine.cancel(id);
   while (!engine.idle()) engine.step();
   model = engine.release();
-  f.tokens_per_s = double(batch * steps) / f.seconds;
+  // (Chained steps deliver each step's ids one step late: the count is
+  // batch x steps all the same.)
+  if (spec.draft.empty()) f.tokens = batch * steps;
+  f.tokens_per_s = double(f.tokens) / f.seconds;
   // A step reads every weight once, plus the K/V of every row's context, and
   // reads and writes each row's recurrent state (hybrid models).
   f.bytes_per_step = double(info.decode_weight_bytes) +
@@ -133,6 +154,7 @@ struct BenchArgs {
   std::string contexts;
   int threads = 0;
   bool json = false;
+  SpeculationParams spec;  // decode with drafts: spec.draft "ngram" | "replay"
 };
 
 std::vector<int64_t> parse_list(const std::string& text, const char* option) {
@@ -148,6 +170,13 @@ int bench(const BenchArgs& a) {
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
   if (a.synthetic.empty() == a.model.empty()) fail("[bench] give a model directory or --synthetic NAME (one of them)");
   if (a.gen <= 0) fail("[bench] --gen must be positive");
+  if (a.spec.draft == "replay") {
+    SpeculationParams check = a.spec;
+    check.replay = {0};  // made per request
+    validate(check);
+  } else {
+    validate(a.spec);
+  }
   const std::vector<int64_t> prompts = parse_list(a.prompts, "--prompt");
   const int64_t prompt_len = prompts[0];  // the decode runs' context
   const auto names = synthetic_model_names();
@@ -196,11 +225,11 @@ int bench(const BenchArgs& a) {
   for (int64_t b : batches) {
     std::fprintf(stderr, "decode: batch %lld, context %lld, %lld steps...\n", (long long)b, (long long)prompt_len,
                  (long long)a.gen);
-    decode.push_back(time_decode(model, b, prompt_len, a.gen, rng));
+    decode.push_back(time_decode(model, b, prompt_len, a.gen, rng, a.spec));
   }
   for (int64_t c : contexts) {
     std::fprintf(stderr, "decode: batch 1, context %lld, %lld steps...\n", (long long)c, (long long)a.gen);
-    decode.push_back(time_decode(model, 1, c, a.gen, rng));
+    decode.push_back(time_decode(model, 1, c, a.gen, rng, a.spec));
   }
 
   if (a.json) {
@@ -213,7 +242,8 @@ int bench(const BenchArgs& a) {
                    {"ms_per_step", 1e3 * f.seconds / double(f.steps)},
                    {"bytes_per_step", f.bytes_per_step},
                    {"bytes_per_s", f.bytes_per_s},
-                   {"fraction_of_copy_bandwidth", f.bytes_per_s / copy_bw}});
+                   {"fraction_of_copy_bandwidth", f.bytes_per_s / copy_bw},
+                   {"tokens_per_step", double(f.tokens) / double(f.batch * f.steps)}});
     nlohmann::json out = {{"model", name},
                           {"device", device_name(device)},
                           {"threads", threads},
@@ -224,6 +254,7 @@ int bench(const BenchArgs& a) {
                           {"prefill_tokens_per_s", prefill[0].tokens_per_s},
                           {"prefill_tflops", prefill[0].tflops},
                           {"decode", d}};
+    if (!a.spec.draft.empty()) out["draft"] = {{"source", a.spec.draft}, {"tokens", a.spec.k}};
     for (const auto& p : prefill)
       out["prefill"].push_back({{"tokens", p.tokens}, {"tokens_per_s", p.tokens_per_s}, {"tflops", p.tflops}});
     // The batch-1 figures at the top level, for scripts.
@@ -241,10 +272,15 @@ int bench(const BenchArgs& a) {
   for (const auto& p : prefill)
     std::printf("prefill          %lld tokens: %.1f tok/s (%.2f TFLOP/s)\n", (long long)p.tokens, p.tokens_per_s,
                 p.tflops);
-  for (const auto& f : decode)
-    std::printf("decode           batch %lld, context %lld: %.2f tok/s, %.3f ms/step, %.1f GB/s = %.1f%% of copy bandwidth\n",
-                (long long)f.batch, (long long)f.context, f.tokens_per_s, 1e3 * f.seconds / double(f.steps),
-                f.bytes_per_s / 1e9, 100.0 * f.bytes_per_s / copy_bw);
+  for (const auto& f : decode) {
+    std::printf("decode           batch %lld, context %lld: %.2f tok/s, %.3f ms/step", (long long)f.batch,
+                (long long)f.context, f.tokens_per_s, 1e3 * f.seconds / double(f.steps));
+    if (a.spec.draft.empty())
+      std::printf(", %.1f GB/s = %.1f%% of copy bandwidth\n", f.bytes_per_s / 1e9, 100.0 * f.bytes_per_s / copy_bw);
+    else
+      std::printf(", %.2f tokens a row a step (%s drafts, up to %d)\n", double(f.tokens) / double(f.batch * f.steps),
+                  a.spec.draft.c_str(), a.spec.k);
+  }
   return 0;
 }
 
@@ -267,6 +303,10 @@ Handler add_bench(CLI::App& app) {
   cmd->add_option("--device", a->device, "cpu | cuda (default: cuda when a GPU is present)");
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all cores)");
   cmd->add_flag("--json", a->json, "Print one JSON object");
+  cmd->add_option("--draft", a->spec.draft,
+                  "Decode speculatively: ngram (prompt lookup), or replay (a first run's own continuation: every "
+                  "draft accepted, the upper bound)");
+  cmd->add_option("--draft-tokens", a->spec.k, "Most draft tokens a step")->capture_default_str();
   return [a] { return bench(*a); };
 }
 

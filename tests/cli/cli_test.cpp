@@ -214,6 +214,33 @@ TEST(Cli, BadArgumentsAreClearErrors) {
   expect_error(run("bench " + kData + "/qwen3 --synthetic qwen3-0.6b"), {"one of them"});
 }
 
+// run --draft ngram prints plain greedy's ids and what speculation did.
+TEST(Cli, RunWithNgramDraftsEqualsPlainGreedy) {
+  const std::string args = "run " + kData + "/qwen3 --prompt-ids 5,6,7,5,6,7,5,6 -n 40 --ignore-eos --json";
+  Result plain = run(args + " --temperature 0"), spec = run(args + " --temperature 0 --draft ngram --draft-tokens 3");
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  ASSERT_EQ(spec.status, 0) << spec.out;
+  auto p = nlohmann::json::parse(plain.out), s = nlohmann::json::parse(spec.out);
+  EXPECT_EQ(s["ids"], p["ids"]);
+  EXPECT_EQ(s["speculation"]["draft"], "ngram");
+  EXPECT_GT(s["speculation"]["rounds"].get<int64_t>(), 0);
+  EXPECT_LE(s["speculation"]["accepted"].get<int64_t>(), s["speculation"]["drafted"].get<int64_t>());
+  expect_error(run(args + " --temperature 0 --draft nope"), {"nope"});
+  expect_error(run(args + " --draft ngram --temperature 0.8"), {"greedy"});
+}
+
+// bench --draft replay: on the CPU every replayed draft is accepted, so each
+// step makes 1 + k tokens a row.
+TEST(Cli, BenchReplayDraftsAreAllAccepted) {
+  Result r = run("bench " + kData + "/qwen3_5 --device cpu --prompt 8 --gen 4 --batch 2 -t 1 --draft replay --draft-tokens 3 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const size_t at = r.out.rfind("\n{");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(at + 1));
+  EXPECT_EQ(j["draft"]["source"], "replay");
+  EXPECT_DOUBLE_EQ(j["decode"][0]["tokens_per_step"].get<double>(), 4.0);
+}
+
 // bench on a checkpoint: batch 2 decodes both rows together after both prefill.
 TEST(Cli, BenchMeasuresACheckpoint) {
   Result r = run("bench " + kData + "/qwen3_5 --device cpu --prompt 8 --gen 3 --batch 1,2 -t 1 --json");
