@@ -206,6 +206,12 @@ void apply_penalties(const Tensor& logits, std::span<const PenaltyEntry> entries
 // one token is drawn with `uniform`, walking the kept tokens in id order.
 // Only ids cross to the host.
 void sample(const Tensor& logits, std::span<const SampleRow> rows, std::span<int32_t> ids);
+// sample()'s rule in two halves, on the host, for one row (speculative
+// verification): the weights it draws from (weights: [n_vocab], zero outside
+// the kept tokens, not normalised; row.uniform unused), and the token its
+// walk in id order picks for `uniform` from any such weights.
+void sample_weights(std::span<const float> logits, const SampleRow& row, std::span<float> weights);
+int32_t sample_pick(std::span<const float> weights, float uniform);
 
 // Ids sampled where their logits are, on their way to the host: device()
 // ([n_rows] i32 on the logits' device) can feed the next forward at once

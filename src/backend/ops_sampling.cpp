@@ -122,6 +122,18 @@ SampledIds sample_async(const Tensor& logits, std::span<const SampleRow> rows, c
   return s;
 }
 
+void sample_weights(std::span<const float> logits, const SampleRow& row, std::span<float> weights) {
+  require(!logits.empty() && weights.size() == logits.size(), "sample_weights", "weights of ", weights.size(),
+          " for a row of ", logits.size(), " logits");
+  cpu::sample_weights(logits.data(), int64_t(logits.size()), row, weights.data());
+}
+
+int32_t sample_pick(std::span<const float> weights, float uniform) {
+  const int32_t id = cpu::sample_walk(weights.data(), int64_t(weights.size()), uniform);
+  require(id >= 0, "sample_pick", "no token has a positive weight");
+  return id;
+}
+
 void sample(const Tensor& logits, std::span<const SampleRow> rows, std::span<int32_t> ids) {
   require(int64_t(ids.size()) == (logits.defined() && logits.ndim() == 2 ? logits.dim(0) : -1), "sample",
           ids.size(), " ids for logits ", logits.defined() ? logits.shape_str() : std::string("undefined"));

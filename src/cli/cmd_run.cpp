@@ -197,7 +197,7 @@ Handler add_run(CLI::App& app) {
   cmd->add_option("--ctx", a->ctx, "KV cache capacity in tokens (default: prompt + max tokens)");
   cmd->add_option("--block-size", a->block_size, "Tokens per KV block")->capture_default_str();
   cmd->add_option("--prefill-chunk", a->prefill_chunk, "Longest prompt chunk per forward")->capture_default_str();
-  cmd->add_option("--draft", a->draft, "Speculative decoding (greedy): ngram (prompt lookup)");
+  cmd->add_option("--draft", a->draft, "Speculative decoding: ngram (prompt lookup); the output is what plain decoding gives");
   cmd->add_option("--draft-tokens", a->draft_tokens, "Most draft tokens a step")->capture_default_str();
   return [a] { return run(*a); };
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/ops.h"
 #include "core/error.h"
 
 namespace augur {
@@ -28,6 +29,16 @@ std::vector<int32_t> ReplayDraft::propose(std::span<const int32_t> history, int3
   if (n >= record_.size()) return {};
   const size_t to = std::min(record_.size(), n + size_t(k));
   return std::vector<int32_t>(record_.begin() + long(n), record_.begin() + long(to));
+}
+
+int32_t verify_draft(std::span<float> weights, int32_t draft, float u_accept, float u_draw, bool* accepted) {
+  AUGUR_ASSERT(draft >= 0 && size_t(draft) < weights.size(), "verify_draft: the draft is outside the vocabulary");
+  float total = 0;  // in id order, as the walk sums them
+  for (float w : weights) total += w;
+  *accepted = u_accept * total < weights[size_t(draft)];
+  if (*accepted) return draft;
+  weights[size_t(draft)] = 0;
+  return ops::sample_pick(weights, u_draw);
 }
 
 void validate(const SpeculationParams& p) {

@@ -52,6 +52,14 @@ class ReplayDraft final : public DraftSource {
   std::vector<int32_t> record_;
 };
 
+// The speculative-sampling rule for one draft token from a deterministic
+// source (its proposal distribution one-hot): the draft is kept with
+// probability p(draft), else a token is drawn from p without it,
+// renormalised; the token that comes out is distributed as p. weights: the
+// target's (ops::sample_weights; the draft's is zeroed on a rejection);
+// u_accept, u_draw: independent uniforms in [0, 1).
+int32_t verify_draft(std::span<float> weights, int32_t draft, float u_accept, float u_draw, bool* accepted);
+
 // What a request asks of speculation (RequestParams::speculation).
 struct SpeculationParams {
   std::string draft;    // "" (none), "ngram" or "replay"

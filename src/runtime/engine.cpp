@@ -155,11 +155,9 @@ RequestId Engine::submit(const Prompt& prompt, const RequestParams& params) {
   validate(params.sampling);
   validate(params.speculation);
   if (!params.speculation.draft.empty()) {
-    // The verifier accepts drafts equal to the target's argmax; sampled rows
-    // need rejection sampling, and penalties, logprobs and sessions a history
-    // per draft position: not yet.
+    // Penalties, logprobs and sessions need a history per draft position:
+    // not yet.
     const SamplingParams& sp = params.sampling;
-    if (sp.temperature != 0.0f) fail("[engine] speculative decoding is greedy only so far (temperature 0)");
     if (has_penalties(sp)) fail("[engine] speculative decoding does not take penalties yet");
     if (params.logprobs >= 0) fail("[engine] speculative decoding does not return logprobs yet");
     if (params.session >= 0) fail("[engine] speculative decoding does not run in sessions yet");
@@ -327,18 +325,38 @@ void Engine::resolve(Inflight& f, std::vector<Event>& out) {
              out);
       continue;
     }
-    // A verify: the target's greedy token after the pending one and after
-    // each draft. Drafts are kept while they equal it; its token at the
-    // first difference (or after the last draft) comes as well.
+    // A verify: the target's token after the pending one and after each
+    // draft. Greedy rows keep drafts while they equal its argmax; sampled
+    // rows keep each with the target's probability of it (verify_draft);
+    // the target's token at the first rejection (or after the last draft)
+    // comes as well.
     const int64_t m = f.n_ids[i] - 1;
     int64_t j = 0;
-    while (j < m && r.feed[size_t(1 + j)] == ids[at + size_t(j)]) ++j;
+    std::vector<int32_t> emit;
+    if (r.params.sampling.temperature == 0.0f) {
+      while (j < m && r.feed[size_t(1 + j)] == ids[at + size_t(j)]) ++j;
+      emit.assign(ids.begin() + long(at), ids.begin() + long(at) + j + 1);
+    } else {
+      AUGUR_ASSERT(f.host_logits.defined(), "a sampled verify reads its logits on the host");
+      const SamplingParams& sp = r.params.sampling;
+      const ops::SampleRow rule{sp.temperature, sp.top_k, sp.top_p, sp.min_p, 0.0f};
+      std::vector<float> w(static_cast<size_t>(n_vocab));
+      for (; j < m; ++j) {
+        const float* row = f.host_logits.data<float>() + int64_t(at + size_t(j)) * n_vocab;
+        ops::sample_weights({row, size_t(n_vocab)}, rule, w);
+        bool kept = false;
+        const float u1 = r.sampler.draw(), u2 = r.sampler.draw();
+        emit.push_back(verify_draft(w, r.feed[size_t(1 + j)], u1, u2, &kept));
+        if (!kept) break;
+      }
+      if (j == m) emit.push_back(ids[at + size_t(m)]);  // every draft kept: the target's own draw after them
+    }
     ++r.stats.rounds;
     r.stats.drafted += m;
     r.stats.accepted += j;
     r.stats.full_rounds += j == m;
-    for (int64_t t = 0; t <= j && !r.done; ++t) {
-      r.pending = ids[at + size_t(t)];
+    for (size_t t = 0; t < emit.size() && !r.done; ++t) {
+      r.pending = emit[t];
       accept(r, r.pending, nullptr, out);
     }
     if (!r.done && j < m) {  // the fed drafts after the first rejected one leave the sequence
@@ -384,6 +402,7 @@ void Engine::launch(std::vector<Event>& out) {
     n_logits.push_back(int32_t(r.feed.size()));
     samples.push_back(true);
     verify.push_back(true);
+    host_logits |= r.feed.size() > 1 && r.params.sampling.temperature != 0.0f;  // verify_draft reads them
     host_logits |= r.params.logprobs >= 0;
   }
   for (auto& [id, rp] : live_) {

@@ -38,6 +38,8 @@ std::vector<std::pair<float, int32_t>> top_k(std::span<const float> logits, int3
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) { validate(p); }
 
+float Sampler::draw() { return std::min(float(uniform()), 0x1.fffffep-1f); }
+
 double Sampler::uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
 
 ops::SampleRow Sampler::device_row(int32_t row, int32_t n_vocab, std::span<const int32_t> prompt,

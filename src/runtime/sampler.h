@@ -49,6 +49,9 @@ class Sampler {
   // Penalties apply before the draw (ops::apply_penalties).
   ops::SampleRow device_row(int32_t row, int32_t n_vocab, std::span<const int32_t> prompt,
                             std::span<const int32_t> generated, std::vector<ops::PenaltyEntry>& penalties);
+  // Another uniform in [0, 1) from the same stream, as a float below 1
+  // (speculative verification's accept and redraw).
+  float draw();
 
  private:
   double uniform();  // [0, 1)

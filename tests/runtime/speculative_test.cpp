@@ -1,11 +1,15 @@
 // Speculative decoding: drafts verified by one target forward leave greedy
 // output exactly what plain greedy decoding gives, on every family, alone and
-// batched; a rejected draft's state is rolled back bit for bit.
+// batched; a rejected draft's state is rolled back bit for bit; sampled
+// output follows plain sampling's distribution.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <set>
+
+#include "backend/ops.h"
 
 #include "core/error.h"
 #include "runtime/engine.h"
@@ -205,7 +209,7 @@ TEST(SpeculativeRequests, BadParametersAreClearErrors) {
   expect_error(submit([](RequestParams& p) { p.speculation.draft = "nope"; }), "nope");
   expect_error(submit([](RequestParams& p) { p.speculation.k = 0; }), "draft tokens");
   expect_error(submit([](RequestParams& p) { p.speculation.ngram.min_n = 0; }), "n-gram");
-  expect_error(submit([](RequestParams& p) { p.sampling.temperature = 0.7f; }), "greedy");
+  expect_error(submit([](RequestParams& p) { p.sampling.repetition_penalty = 1.2f; }), "penalties");
   expect_error(submit([](RequestParams& p) { p.logprobs = 0; }), "logprobs");
 }
 
@@ -221,6 +225,117 @@ TEST(NgramDraft, LongestSuffixFirstOccurrence) {
   EXPECT_TRUE(d.propose(none, 4).empty());
   NgramDraft tri({3, 3});
   EXPECT_TRUE(tri.propose(h, 4).empty());  // no earlier [2, 6, 7]
+}
+
+}  // namespace
+}  // namespace augur
+
+namespace augur {
+namespace {
+
+// Pearson's statistic of counts against expected probabilities.
+double chi_square(const std::vector<int64_t>& counts, const std::vector<double>& p, int64_t n) {
+  double x = 0;
+  for (size_t i = 0; i < counts.size(); ++i)
+    if (p[i] > 0) x += std::pow(double(counts[i]) - double(n) * p[i], 2) / (double(n) * p[i]);
+  return x;
+}
+
+// verify_draft's output is distributed as the target's p, whatever the draft;
+// a verifier that redraws from p itself after a rejection (not from p
+// without the draft) fails the same test.
+TEST(VerifyDraft, OutputFollowsTheTargetDistribution) {
+  const std::vector<float> w = {0.0f, 4.0f, 1.0f, 0.0f, 2.5f, 0.5f};  // kept weights, not normalised
+  double total = 0;
+  for (float x : w) total += x;
+  std::vector<double> p;
+  for (float x : w) p.push_back(double(x) / total);
+  std::mt19937_64 rng(1);
+  auto u = [&] { return std::min(float(double(rng() >> 11) * 0x1.0p-53), 0x1.fffffep-1f); };
+  const int64_t n = 200000;
+  // df 3 (four tokens with mass): 16.3 is the 0.001 tail.
+  for (int32_t draft : {1, 2, 4, 0}) {
+    std::vector<int64_t> good(w.size()), broken(w.size());
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<float> a = w;
+      bool kept = false;
+      ++good[size_t(verify_draft(a, draft, u(), u(), &kept))];
+      // Broken: a rejection redraws from p, the draft included.
+      const float ua = u(), ud = u();
+      const bool keep = ua * float(total) < w[size_t(draft)];
+      ++broken[size_t(keep ? draft : ops::sample_pick(w, ud))];
+    }
+    EXPECT_LT(chi_square(good, p, n), 16.3) << "draft " << draft;
+    if (w[size_t(draft)] > 0) EXPECT_GT(chi_square(broken, p, n), 100.0) << "draft " << draft;
+  }
+}
+
+// Through the engine: sampled requests with drafts (replaying the greedy
+// continuation, so that some are kept and some rejected) draw their three
+// tokens from the same joint distribution as plain sampling (top-k 2: at
+// most 8 cells; a two-sample chi-square against its 0.001 tail).
+TEST(SpeculativeSampling, DrawsLikePlainSampling) {
+  EngineOptions eo;
+  eo.max_sequences = 64;
+  eo.max_cached_tokens = 64 * 32;
+  Engine e(load_model(kData + "/qwen3"), std::nullopt, eo);
+  const int64_t V = e.info().n_vocab;
+  const std::vector<int32_t> prompt = {11, 42, 7, 300, 11, 42, 7};
+  RequestParams p;
+  p.ignore_eos = true;
+  p.max_tokens = 3;
+  const std::vector<int32_t> greedy = generate(e, {prompt}, 3, "")[0].ids;
+  std::vector<int32_t> record = prompt;
+  record.insert(record.end(), greedy.begin(), greedy.end());
+  p.sampling.temperature = 1.0f;
+  p.sampling.top_k = 2;
+  std::map<std::vector<int32_t>, int64_t> plain, spec;
+  DraftStats stats;
+  const int n_batches = 60, per_batch = 50;
+  for (int spec_run = 0; spec_run < 2; ++spec_run)
+    for (int b = 0; b < n_batches; ++b) {
+      std::vector<RequestId> ids;
+      for (int i = 0; i < per_batch; ++i) {
+        RequestParams q = p;
+        q.sampling.seed = uint64_t(1000 * b + i + 1);
+        if (spec_run) {
+          q.speculation.draft = "replay";
+          q.speculation.k = 2;
+          q.speculation.replay = record;
+        }
+        ids.push_back(e.submit(Prompt::of_ids(prompt), q));
+      }
+      std::map<RequestId, std::vector<int32_t>> got;
+      while (!e.idle())
+        for (Event& ev : e.step()) {
+          got[ev.id].insert(got[ev.id].end(), ev.ids.begin(), ev.ids.end());
+          if (ev.done) {
+            stats.rounds += ev.drafts.rounds;
+            stats.full_rounds += ev.drafts.full_rounds;
+          }
+        }
+      for (RequestId id : ids) {
+        ASSERT_EQ(got[id].size(), 3u);
+        ++(spec_run ? spec : plain)[got[id]];
+      }
+    }
+  std::set<std::vector<int32_t>> cells;
+  for (const auto& [c, k] : plain) cells.insert(c);
+  for (const auto& [c, k] : spec) cells.insert(c);
+  double x = 0;
+  for (const auto& c : cells) {
+    const double a = double(plain[c]), b = double(spec[c]);
+    if (a + b > 0) x += (a - b) * (a - b) / (a + b);
+  }
+  std::printf("[spec] sampled: %zu cells, chi-square %.1f; %lld verify rounds, %lld kept every draft\n", cells.size(),
+              x, (long long)stats.rounds, (long long)stats.full_rounds);
+  ASSERT_GE(cells.size(), 2u);
+  ASSERT_LE(cells.size(), 8u);
+  const double tail[] = {10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32};  // df 1..7, p = 0.001
+  EXPECT_LT(x, tail[cells.size() - 2]);
+  EXPECT_GT(stats.full_rounds, 0);
+  EXPECT_GT(stats.rounds - stats.full_rounds, 0);
+  (void)V;
 }
 
 }  // namespace

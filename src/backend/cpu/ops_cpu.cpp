@@ -94,66 +94,66 @@ uint32_t order_key(float f) {
 
 // The reference for the CUDA sample_kernel: the same cuts (found here by
 // sorting), the same fixed-point top-p mass, the same walk in id order.
-void sample(const float* logits, int64_t n_vocab, std::span<const ops::SampleRow> rows, int32_t* out) {
-  const int64_t V = n_vocab;
+void sample_weights(const float* row, int64_t V, const ops::SampleRow& p, float* w) {
+  int32_t best = 0;
+  float bv = -INFINITY;
+  for (int64_t j = 0; j < V; ++j)
+    if (row[j] > bv) bv = row[j], best = int32_t(j);
+  std::fill_n(w, V, 0.0f);
+  if (!(p.temperature > 0.f) || !std::isfinite(bv)) {
+    w[best] = 1.0f;
+    return;
+  }
+  const float inv_t = 1.0f / p.temperature, mx = bv * inv_t;
+  auto weight = [&](int32_t j) { return std::exp(row[j] * inv_t - mx); };
+  auto fixed = [](float x) { return static_cast<uint64_t>(x * 1099511627776.0f); };
   std::vector<int32_t> order(static_cast<size_t>(V));
-  for (size_t r = 0; r < rows.size(); ++r) {
-    const ops::SampleRow& p = rows[r];
-    const float* row = logits + int64_t(r) * V;
-    int32_t best = 0;
-    float bv = -INFINITY;
-    for (int64_t j = 0; j < V; ++j)
-      if (row[j] > bv) bv = row[j], best = int32_t(j);
-    if (!(p.temperature > 0.f) || !std::isfinite(bv)) {
-      out[r] = best;
-      continue;
-    }
-    const float inv_t = 1.0f / p.temperature, mx = bv * inv_t;
-    auto weight = [&](int32_t j) { return std::exp(row[j] * inv_t - mx); };
-    auto fixed = [](float w) { return static_cast<uint64_t>(w * 1099511627776.0f); };
-    for (int64_t j = 0; j < V; ++j) order[size_t(j)] = int32_t(j);
-    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-      const uint32_t ka = order_key(row[a]), kb = order_key(row[b]);
-      return ka > kb || (ka == kb && a < b);
-    });
-    int64_t n_keep = p.top_k > 0 && p.top_k < V ? p.top_k : V;
-    if (p.top_p < 1.0f) {
-      uint64_t z = 0;
-      for (int64_t i = 0; i < n_keep; ++i) z += fixed(weight(order[size_t(i)]));
-      const double target = double(p.top_p) * double(z);
-      uint64_t run = 0;
-      for (int64_t i = 0; i < n_keep; ++i) {
-        run += fixed(weight(order[size_t(i)]));
-        if (double(run) >= target) {
-          n_keep = i + 1;
-          break;
-        }
-      }
-    }
-    std::vector<bool> kept(static_cast<size_t>(V), false);
-    for (int64_t i = 0; i < n_keep; ++i) kept[size_t(order[size_t(i)])] = true;
-    auto kept_weight = [&](int64_t j) {
-      if (!kept[size_t(j)]) return 0.f;
-      const float w = weight(int32_t(j));
-      return w >= p.min_p ? w : 0.f;
-    };
-    float total = 0;
-    int32_t last = best;
-    for (int64_t j = 0; j < V; ++j) {
-      const float w = kept_weight(j);
-      total += w;
-      if (w > 0) last = int32_t(j);
-    }
-    float rest = p.uniform * total;
-    out[r] = last;
-    for (int64_t j = 0; j < V; ++j) {
-      const float w = kept_weight(j);
-      if (w > 0 && rest < w) {
-        out[r] = int32_t(j);
+  for (int64_t j = 0; j < V; ++j) order[size_t(j)] = int32_t(j);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const uint32_t ka = order_key(row[a]), kb = order_key(row[b]);
+    return ka > kb || (ka == kb && a < b);
+  });
+  int64_t n_keep = p.top_k > 0 && p.top_k < V ? p.top_k : V;
+  if (p.top_p < 1.0f) {
+    uint64_t z = 0;
+    for (int64_t i = 0; i < n_keep; ++i) z += fixed(weight(order[size_t(i)]));
+    const double target = double(p.top_p) * double(z);
+    uint64_t run = 0;
+    for (int64_t i = 0; i < n_keep; ++i) {
+      run += fixed(weight(order[size_t(i)]));
+      if (double(run) >= target) {
+        n_keep = i + 1;
         break;
       }
-      rest -= w;
     }
+  }
+  for (int64_t i = 0; i < n_keep; ++i) {
+    const int32_t j = order[size_t(i)];
+    const float x = weight(j);
+    w[j] = x >= p.min_p ? x : 0.f;
+  }
+}
+
+int32_t sample_walk(const float* w, int64_t V, float uniform) {
+  float total = 0;
+  int32_t last = -1;
+  for (int64_t j = 0; j < V; ++j) {
+    total += w[j];
+    if (w[j] > 0) last = int32_t(j);
+  }
+  float rest = uniform * total;
+  for (int64_t j = 0; j < V; ++j) {
+    if (w[j] > 0 && rest < w[j]) return int32_t(j);
+    rest -= w[j];
+  }
+  return last;
+}
+
+void sample(const float* logits, int64_t n_vocab, std::span<const ops::SampleRow> rows, int32_t* out) {
+  std::vector<float> w(static_cast<size_t>(n_vocab));
+  for (size_t r = 0; r < rows.size(); ++r) {
+    sample_weights(logits + int64_t(r) * n_vocab, n_vocab, rows[r], w.data());
+    out[r] = sample_walk(w.data(), n_vocab, rows[r].uniform);
   }
 }
 

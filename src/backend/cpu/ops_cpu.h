@@ -21,6 +21,10 @@ void add_rms_norm(float* x, const float* o, const float* w, float eps, int64_t M
 void swiglu_packed(const float* gate_up, int64_t M, int64_t D, float* out);
 // logits: [n_rows, n_vocab]; out: [n_rows] (ops::sample's semantics)
 void sample(const float* logits, int64_t n_vocab, std::span<const ops::SampleRow> rows, int32_t* out);
+// The two halves of sample() for one row: the kept tokens' weights (w: [V],
+// zero elsewhere; greedy: 1 at the argmax), and the walk in id order.
+void sample_weights(const float* row, int64_t V, const ops::SampleRow& p, float* w);
+int32_t sample_walk(const float* w, int64_t V, float uniform);
 void apply_penalties(float* logits, int64_t n_vocab, std::span<const ops::PenaltyEntry> entries);
 // x: [n_tokens, n_head, head_dim]
 void rope(float* x, int64_t n_tokens, int64_t n_head, int64_t head_dim,
