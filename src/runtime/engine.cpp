@@ -154,14 +154,6 @@ void Engine::close_session(int64_t session) {
 RequestId Engine::submit(const Prompt& prompt, const RequestParams& params) {
   validate(params.sampling);
   validate(params.speculation);
-  if (!params.speculation.draft.empty()) {
-    // Penalties, logprobs and sessions need a history per draft position:
-    // not yet.
-    const SamplingParams& sp = params.sampling;
-    if (has_penalties(sp)) fail("[engine] speculative decoding does not take penalties yet");
-    if (params.logprobs >= 0) fail("[engine] speculative decoding does not return logprobs yet");
-    if (params.session >= 0) fail("[engine] speculative decoding does not run in sessions yet");
-  }
   if (params.max_tokens < 0) fail("[engine] max_tokens must be >= 0, got ", params.max_tokens);
   if (!params.stop.empty() && !text_) fail("[engine] stop strings need the checkpoint's tokenizer");
   if (params.logprobs > 20) fail("[engine] logprobs must be at most 20, got ", params.logprobs);
@@ -355,9 +347,10 @@ void Engine::resolve(Inflight& f, std::vector<Event>& out) {
     r.stats.drafted += m;
     r.stats.accepted += j;
     r.stats.full_rounds += j == m;
-    for (size_t t = 0; t < emit.size() && !r.done; ++t) {
+    for (size_t t = 0; t < emit.size() && !r.done; ++t) {  // token t was decided by logit row at + t
       r.pending = emit[t];
-      accept(r, r.pending, nullptr, out);
+      accept(r, r.pending, f.host_logits.defined() ? f.host_logits.data<float>() + int64_t(at + t) * n_vocab : nullptr,
+             out);
     }
     if (!r.done && j < m) {  // the fed drafts after the first rejected one leave the sequence
       roll.push_back(r.seq);
@@ -479,8 +472,13 @@ void Engine::launch(std::vector<Event>& out) {
   std::vector<ops::PenaltyEntry> penalties;
   for (size_t i = 0; i < inflight->rows.size(); ++i) {
     Live& r = *live_.at(inflight->rows[i]);
-    for (int32_t t = 0; t < inflight->n_ids[i]; ++t)  // (a verify's rows are greedy: no draws, no penalties)
-      srows.push_back(r.sampler.device_row(int32_t(srows.size()), int32_t(n_vocab), r.prompt, r.generated, penalties));
+    // A verify's logit row t follows the drafts before it: its penalties
+    // count them as generated.
+    std::vector<int32_t> history = r.generated;
+    for (int32_t t = 0; t < inflight->n_ids[i]; ++t) {
+      if (t > 0) history.push_back(r.feed[size_t(t)]);
+      srows.push_back(r.sampler.device_row(int32_t(srows.size()), int32_t(n_vocab), r.prompt, history, penalties));
+    }
   }
   if (!penalties.empty()) ops::apply_penalties(to_sample, penalties);
   inflight->ids = runner_->sample(to_sample, srows);

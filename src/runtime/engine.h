@@ -56,9 +56,8 @@ struct RequestParams {
   // A session keeps its sequence after the request: the next request of the
   // session feeds only what follows the longest prefix it already holds.
   int64_t session = -1;
-  // Speculative decoding (without penalties, logprobs or a session, for
-  // now): drafts verified by the target; greedy output unchanged, sampled
-  // output distributed as plain sampling's.
+  // Speculative decoding: drafts verified by the target; greedy output
+  // unchanged, sampled output distributed as plain sampling's.
   SpeculationParams speculation;
 };
 

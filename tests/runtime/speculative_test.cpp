@@ -209,8 +209,61 @@ TEST(SpeculativeRequests, BadParametersAreClearErrors) {
   expect_error(submit([](RequestParams& p) { p.speculation.draft = "nope"; }), "nope");
   expect_error(submit([](RequestParams& p) { p.speculation.k = 0; }), "draft tokens");
   expect_error(submit([](RequestParams& p) { p.speculation.ngram.min_n = 0; }), "n-gram");
-  expect_error(submit([](RequestParams& p) { p.sampling.repetition_penalty = 1.2f; }), "penalties");
-  expect_error(submit([](RequestParams& p) { p.logprobs = 0; }), "logprobs");
+  expect_error(submit([](RequestParams& p) { p.speculation.draft = "replay"; }), "record");
+}
+
+// With penalties (each verify position counts the drafts before it as
+// generated), logprobs and a session's second turn, speculative greedy
+// decoding still gives plain greedy's ids and log-probabilities.
+TEST_P(Speculative, PenaltiesLogprobsAndSessionsAsPlain) {
+  auto e = engine_for(GetParam());
+  const int64_t V = e->info().n_vocab;
+  const auto prompt = looping_prompt(V, 31);
+  std::vector<int32_t> record = prompt;
+  {
+    const auto plain = generate(*e, {prompt}, 80, "")[0].ids;
+    record.insert(record.end(), plain.begin(), plain.end());
+  }
+  auto turns = [&](const std::string& draft) {
+    const int64_t session = e->open_session();
+    std::vector<Event> finals;
+    std::vector<int32_t> ids, p = prompt;
+    int64_t rounds = 0;
+    for (int turn = 0; turn < 2; ++turn) {
+      RequestParams q;
+      q.ignore_eos = true;
+      q.max_tokens = 40;
+      q.sampling.repetition_penalty = 1.3f;
+      q.sampling.frequency_penalty = 0.2f;
+      q.logprobs = 2;
+      q.session = session;
+      q.speculation.draft = draft;
+      q.speculation.replay = record;
+      Event fin = e->run(e->submit(Prompt::of_ids(p), q), [&](const Event& ev) {
+        ids.insert(ids.end(), ev.ids.begin(), ev.ids.end());
+        for (const auto& lp : ev.logprobs) finals.push_back(Event{}), finals.back().logprobs = {lp};
+      });
+      p.insert(p.end(), ids.end() - 40, ids.end());
+      p.push_back(3);
+      if (turn == 1) EXPECT_GT(fin.usage.cached_tokens, 0);
+      rounds += fin.drafts.rounds;
+    }
+    e->close_session(session);
+    if (draft == "replay") EXPECT_GT(rounds, 0);  // (prompt lookup may find nothing to propose)
+    if (draft.empty()) EXPECT_EQ(rounds, 0);
+    return std::make_pair(ids, finals);
+  };
+  const auto [plain_ids, plain_lp] = turns("");
+  for (const char* draft : {"ngram", "replay"}) {
+    const auto [ids, lp] = turns(draft);
+    EXPECT_EQ(ids, plain_ids) << draft;
+    ASSERT_EQ(lp.size(), plain_lp.size()) << draft;
+    for (size_t i = 0; i < lp.size(); ++i) {
+      ASSERT_EQ(lp[i].logprobs[0].id, plain_lp[i].logprobs[0].id) << draft << " token " << i;
+      EXPECT_EQ(lp[i].logprobs[0].logprob, plain_lp[i].logprobs[0].logprob) << draft << " token " << i;
+      ASSERT_EQ(lp[i].logprobs[0].top.size(), 2u);
+    }
+  }
 }
 
 // Prompt lookup proposes what followed the first earlier occurrence of the
