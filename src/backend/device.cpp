@@ -172,6 +172,19 @@ Tensor select_rows(const Tensor& w, std::span<const int64_t> rows) {
   return out;
 }
 
+Tensor select_cols(const Tensor& w, int64_t begin, int64_t end) {
+  if (w.ndim() != 2) fail("[select_cols] needs a matrix, got ", w.shape_str());
+  if (begin < 0 || end > w.dim(1) || begin >= end)
+    fail("[select_cols] columns [", begin, ", ", end, ") of ", w.shape_str());
+  if (w.device() != Device::CPU) return to_device(select_cols(to_device(w, Device::CPU), begin, end), w.device());
+  Tensor out = Tensor::empty(w.dtype(), {w.dim(0), end - begin});
+  const size_t es = dtype_size(w.dtype()), n = size_t(end - begin) * es;
+  for (int64_t r = 0; r < w.dim(0); ++r)
+    std::memcpy(static_cast<char*>(out.raw()) + size_t(r) * n,
+                static_cast<const char*>(w.raw()) + (size_t(r) * size_t(w.dim(1)) + size_t(begin)) * es, n);
+  return out;
+}
+
 float max_abs(const Tensor& t) {
   require_half("max_abs", t);
   if (t.device() == Device::CUDA)

@@ -63,6 +63,9 @@ Tensor stack_rows(std::span<const Tensor> parts);
 // A new matrix of rows `rows` of the 2-D `w`, in that order, in w's dtype and
 // on w's device (regrouping fused checkpoint projections at load time).
 Tensor select_rows(const Tensor& w, std::span<const int64_t> rows);
+// A new matrix of columns [begin, end) of the 2-D `w`, in w's dtype and on
+// w's device (splitting a projection over a concatenation at load time).
+Tensor select_cols(const Tensor& w, int64_t begin, int64_t end);
 // The largest |value| of a BF16 or F16 tensor (NaN ignored); waits for it.
 float max_abs(const Tensor& t);
 // Waits until all work queued on `d` is done (no-op on the CPU).

@@ -73,6 +73,7 @@ struct DecodeFigures {
   int64_t batch, context, steps;
   double seconds, tokens_per_s, bytes_per_step, bytes_per_s;
   int64_t tokens = 0;  // generated in the timed steps (batch x steps without speculation)
+  DraftStats drafts;   // over the whole run, warm-up included
 };
 
 // `batch` requests of `context` random prompt tokens decode greedily
@@ -83,7 +84,8 @@ struct DecodeFigures {
 // made), the next `steps` steps are timed, every row decoding in each (each
 // request may make enough tokens for that). With speculation each step
 // verifies drafts; the "replay" source replays a first, untimed plain run's
-// continuation of each prompt (every draft accepted: the upper bound).
+// continuation of each prompt (every draft accepted: the upper bound). k is
+// fixed (no adaptation), so that a figure belongs to one k.
 DecodeFigures time_decode(std::unique_ptr<Model>& model, int64_t batch, int64_t context, int64_t steps,
                           std::mt19937& rng, const SpeculationParams& spec) {
   EngineOptions eo;
@@ -109,6 +111,7 @@ DecodeFigures time_decode(std::unique_ptr<Model>& model, int64_t batch, int64_t 
   std::map<RequestId, int64_t> made;  // tokens each request has made
   for (size_t b = 0; b < prompts.size(); ++b) {
     params.speculation = spec;
+    params.speculation.adaptive = false;
     if (spec.draft == "replay") params.speculation.replay = records[b];
     made[engine.submit(Prompt::of_ids(prompts[b]), params)] = 0;
   }
@@ -129,7 +132,14 @@ DecodeFigures time_decode(std::unique_ptr<Model>& model, int64_t batch, int64_t 
   synchronize(info.placement.device());
   DecodeFigures f{batch, context, steps, seconds(t0, Clock::now()), 0, 0, 0, tokens};
   for (const auto& [id, k] : made) engine.cancel(id);
-  while (!engine.idle()) engine.step();
+  while (!engine.idle())
+    for (const Event& e : engine.step())
+      if (e.done) {
+        f.drafts.rounds += e.drafts.rounds;
+        f.drafts.drafted += e.drafts.drafted;
+        f.drafts.accepted += e.drafts.accepted;
+        f.drafts.full_rounds += e.drafts.full_rounds;
+      }
   model = engine.release();
   // (Chained steps deliver each step's ids one step late: the count is
   // batch x steps all the same.)
@@ -154,7 +164,7 @@ struct BenchArgs {
   std::string contexts;
   int threads = 0;
   bool json = false;
-  SpeculationParams spec;  // decode with drafts: spec.draft "ngram" | "replay"
+  SpeculationParams spec;  // decode with drafts: spec.draft as RequestParams', or "replay"
 };
 
 std::vector<int64_t> parse_list(const std::string& text, const char* option) {
@@ -243,7 +253,10 @@ int bench(const BenchArgs& a) {
                    {"bytes_per_step", f.bytes_per_step},
                    {"bytes_per_s", f.bytes_per_s},
                    {"fraction_of_copy_bandwidth", f.bytes_per_s / copy_bw},
-                   {"tokens_per_step", double(f.tokens) / double(f.batch * f.steps)}});
+                   {"tokens_per_step", double(f.tokens) / double(f.batch * f.steps)},
+                   {"drafted", f.drafts.drafted},
+                   {"accepted", f.drafts.accepted},
+                   {"acceptance_rate", f.drafts.drafted > 0 ? double(f.drafts.accepted) / double(f.drafts.drafted) : 0.0}});
     nlohmann::json out = {{"model", name},
                           {"device", device_name(device)},
                           {"threads", threads},
@@ -278,8 +291,9 @@ int bench(const BenchArgs& a) {
     if (a.spec.draft.empty())
       std::printf(", %.1f GB/s = %.1f%% of copy bandwidth\n", f.bytes_per_s / 1e9, 100.0 * f.bytes_per_s / copy_bw);
     else
-      std::printf(", %.2f tokens a row a step (%s drafts, up to %d)\n", double(f.tokens) / double(f.batch * f.steps),
-                  a.spec.draft.c_str(), a.spec.k);
+      std::printf(", %.2f tokens a row a step (%s drafts, %d a step, %.1f%% accepted)\n",
+                  double(f.tokens) / double(f.batch * f.steps), a.spec.draft.c_str(), a.spec.k,
+                  f.drafts.drafted > 0 ? 100.0 * double(f.drafts.accepted) / double(f.drafts.drafted) : 0.0);
   }
   return 0;
 }
@@ -304,8 +318,8 @@ Handler add_bench(CLI::App& app) {
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all cores)");
   cmd->add_flag("--json", a->json, "Print one JSON object");
   cmd->add_option("--draft", a->spec.draft,
-                  "Decode speculatively: ngram (prompt lookup), or replay (a first run's own continuation: every "
-                  "draft accepted, the upper bound)");
+                  "Decode speculatively: ngram (prompt lookup), mtp (the checkpoint's MTP head), a draft model's "
+                  "directory, or replay (a first run's own continuation: every draft accepted, the upper bound)");
   cmd->add_option("--draft-tokens", a->spec.k, "Most draft tokens a step")->capture_default_str();
   return [a] { return bench(*a); };
 }

@@ -27,6 +27,8 @@ struct ChatArgs {
   std::vector<std::string> stops;
   int64_t ctx = 4096;
   int threads = 0;
+  std::string draft;  // speculative decoding's draft source (SpeculationParams::draft)
+  int32_t draft_tokens = 4;
 };
 
 int chat(const ChatArgs& a) {
@@ -72,6 +74,8 @@ int chat(const ChatArgs& a) {
     params.sampling = sampling;
     params.stop = a.stops;
     params.session = session;
+    params.speculation.draft = a.draft;
+    params.speculation.k = a.draft_tokens;
     std::string reply;
     const Event res = engine.run(engine.submit(prompt, params), [&](const Event& e) {
       reply += e.text;
@@ -81,9 +85,13 @@ int chat(const ChatArgs& a) {
     std::printf("\n");
     std::fflush(stdout);
     const Timings& t = res.timings;
-    std::fprintf(stderr, "[%lld tokens reused, %lld prefilled, %lld generated, %.1f tok/s]\n",
+    std::fprintf(stderr, "[%lld tokens reused, %lld prefilled, %lld generated, %.1f tok/s",
                  (long long)res.usage.cached_tokens, (long long)t.prefill_tokens,
                  (long long)res.usage.completion_tokens, t.decode_s > 0 ? double(t.decode_tokens) / t.decode_s : 0.0);
+    if (!a.draft.empty())
+      std::fprintf(stderr, "; %lld of %lld drafts accepted", (long long)res.drafts.accepted,
+                   (long long)res.drafts.drafted);
+    std::fprintf(stderr, "]\n");
     messages.push_back({{"role", "assistant"}, {"content", reply}});
   }
   return 0;
@@ -102,6 +110,10 @@ Handler add_chat(CLI::App& app) {
   cmd->add_option("--ctx", a->ctx, "KV cache capacity in tokens")->capture_default_str();
   cmd->add_option("--device", a->device, "cpu | cuda (default: cuda when a GPU is present)");
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all cores)");
+  cmd->add_option("--draft", a->draft,
+                  "Speculative decoding: ngram (prompt lookup), mtp (the checkpoint's MTP head) or a draft model's "
+                  "directory; the replies are what plain decoding gives");
+  cmd->add_option("--draft-tokens", a->draft_tokens, "Most draft tokens a step")->capture_default_str();
   return [a] { return chat(*a); };
 }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -55,6 +56,14 @@ int perplexity_cmd(const PerplexityArgs& a) {
   po.on_window = [&](int64_t done, int64_t) { progress.update(done); };
   const PerplexityResult r = perplexity(engine, ids, po);
   progress.finish();
+  // A model with an MTP head: how often its one-token draft would be accepted.
+  std::optional<MtpAgreement> mtp;
+  if (engine.model().mtp()) {
+    Progress mtp_progress("MTP head", a.max_windows > 0 ? std::min(a.max_windows, n_windows) : n_windows);
+    po.on_window = [&](int64_t done, int64_t) { mtp_progress.update(done); };
+    mtp = mtp_agreement(engine.model(), ids, po);
+    mtp_progress.finish();
+  }
   const double tps = r.seconds > 0 ? double(r.tokens) / r.seconds : 0;
   if (a.json) {
     nlohmann::json out = {{"model", a.model},     {"model_type", engine.info().model_type},
@@ -63,10 +72,14 @@ int perplexity_cmd(const PerplexityArgs& a) {
                           {"windows", r.windows}, {"tokens", r.tokens},
                           {"mean_nll", r.mean_nll}, {"ppl", r.ppl},
                           {"seconds", r.seconds}, {"tokens_per_s", tps}};
+    if (mtp) out["mtp"] = {{"positions", mtp->positions}, {"agree_with_greedy", mtp->agree}, {"rate", mtp->rate}};
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf("perplexity %.4f (mean NLL %.6f nats over %lld tokens, %lld windows of %lld) | %.0f tok/s\n", r.ppl,
                 r.mean_nll, (long long)r.tokens, (long long)r.windows, (long long)a.window, tps);
+    if (mtp)
+      std::printf("MTP head: its top-1 at t+2 is the model's greedy choice at %.2f%% of %lld positions\n",
+                  100.0 * mtp->rate, (long long)mtp->positions);
   }
   return 0;
 }

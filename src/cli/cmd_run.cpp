@@ -1,5 +1,5 @@
 // augur run MODEL_DIR (--prompt-ids 1,2,3 | -p TEXT | --chat TEXT) [-n N] [sampling]
-//           [--stop S]... [--json] [--logits-out FILE] [--draft ngram [--draft-tokens K]]
+//           [--stop S]... [--json] [--logits-out FILE] [--draft ngram|mtp|DIR [--draft-tokens K]]
 #include <cstdio>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -59,7 +59,7 @@ struct RunArgs {
   int64_t ctx = 0;
   int64_t block_size = 16;
   int64_t prefill_chunk = 512;
-  std::string draft;         // speculative decoding's draft source ("ngram")
+  std::string draft;         // speculative decoding's draft source (SpeculationParams::draft)
   int32_t draft_tokens = 4;  // most drafts a step
 };
 
@@ -158,7 +158,8 @@ int run(const RunArgs& a) {
                             {"accepted", d.accepted},
                             {"full_rounds", d.full_rounds},
                             {"acceptance_rate", d.drafted > 0 ? double(d.accepted) / double(d.drafted) : 0.0},
-                            {"mean_accepted_per_round", d.rounds > 0 ? double(d.accepted) / double(d.rounds) : 0.0}};
+                            {"mean_accepted_per_round", d.rounds > 0 ? double(d.accepted) / double(d.rounds) : 0.0},
+                            {"tokens_per_round", d.rounds > 0 ? double(d.accepted + d.rounds) / double(d.rounds) : 0.0}};
     }
     std::printf("%s\n", out.dump().c_str());
   } else {
@@ -197,7 +198,9 @@ Handler add_run(CLI::App& app) {
   cmd->add_option("--ctx", a->ctx, "KV cache capacity in tokens (default: prompt + max tokens)");
   cmd->add_option("--block-size", a->block_size, "Tokens per KV block")->capture_default_str();
   cmd->add_option("--prefill-chunk", a->prefill_chunk, "Longest prompt chunk per forward")->capture_default_str();
-  cmd->add_option("--draft", a->draft, "Speculative decoding: ngram (prompt lookup); the output is what plain decoding gives");
+  cmd->add_option("--draft", a->draft,
+                  "Speculative decoding: ngram (prompt lookup), mtp (the checkpoint's MTP head) or a draft model's "
+                  "directory; the output is what plain decoding gives");
   cmd->add_option("--draft-tokens", a->draft_tokens, "Most draft tokens a step")->capture_default_str();
   return [a] { return run(*a); };
 }

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "io/json_config.h"
 #include "model/rope.h"
+#include "backend/device.h"
 #include "model/weights.h"
 
 namespace augur {
@@ -137,6 +138,50 @@ MoeWeights load_moe(WeightSource& w, const std::string& p, int64_t d_model, cons
     e.shared_gate = w.matrix(p + "mlp.shared_expert_gate.weight", {1, d_model});
   }
   return e;
+}
+
+std::unique_ptr<Model> load_mtp_head(const JsonConfig& cfg, WeightSource& w, const HybridConfig& c,
+                                     const StackWeights& trunk, const ModelInfo& info,
+                                     const std::function<void(const std::string& p, Block& l)>& load_mlp) {
+  const int64_t n_layer = cfg.get_int("mtp_num_hidden_layers", 0);
+  if (n_layer < 0) cfg.error("mtp_num_hidden_layers", "must not be negative");
+  if (n_layer == 0) return nullptr;
+  std::string root;
+  for (const char* p : {"mtp.", "model.mtp.", "language_model.mtp.", "model.language_model.mtp."})
+    if (w.has(std::string(p) + "fc.weight")) {
+      root = p;
+      break;
+    }
+  if (root.empty()) return nullptr;  // stripped by a conversion: the model loads without its head
+  const int64_t d = c.d_model;
+  HybridConfig hc = c;
+  hc.n_layer = n_layer;
+  hc.linear.assign(size_t(n_layer), false);
+  StackWeights hw;
+  hw.input.norm_embed = load_centred_norm(w, root + "pre_fc_norm_embedding.weight", d);
+  hw.input.norm_hidden = load_centred_norm(w, root + "pre_fc_norm_hidden.weight", d);
+  const Tensor fc = w.matrix(root + "fc.weight", {d, 2 * d});
+  hw.input.fc_embed = select_cols(fc, 0, d);
+  hw.input.fc_hidden = select_cols(fc, d, 2 * d);
+  hw.embed = trunk.embed;
+  for (int64_t i = 0; i < n_layer; ++i) {
+    const std::string p = root + "layers." + std::to_string(i) + ".";
+    Block l;
+    l.attn_norm = load_centred_norm(w, p + "input_layernorm.weight", d);
+    l.attn = load_gated_attention(w, p, c);
+    l.mlp_norm = load_centred_norm(w, p + "post_attention_layernorm.weight", d);
+    load_mlp(p, l);
+    hw.layers.push_back(std::move(l));
+  }
+  hw.final_norm = load_centred_norm(w, root + "norm.weight", d);
+  hw.head = trunk.head;
+  ModelInfo mi;
+  mi.model_type = info.model_type + " mtp";
+  mi.architecture = info.architecture + " MTP head";
+  mi.eos_ids = info.eos_ids;
+  mi.bos_id = info.bos_id;
+  mi.placement = info.placement;
+  return make_stack_model(hc, std::move(hw), w, std::move(mi));
 }
 
 }  // namespace augur

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,5 +46,17 @@ MoeConfig read_moe_config(const JsonConfig& cfg);
 // mlp.gate, mlp.experts.{e}.{gate,up,down}_proj (or the fused
 // mlp.experts.gate_up_proj / down_proj), mlp.shared_expert.*, mlp.shared_expert_gate.
 MoeWeights load_moe(WeightSource& w, const std::string& p, int64_t d_model, const MoeConfig& m);
+
+// The checkpoint's MTP head (Model::mtp()), or null where config.json's
+// mtp_num_hidden_layers is 0 or absent or the checkpoint ships no mtp.*
+// tensors (transformers and mlx-lm layouts: mtp.* beside the text model).
+//   mtp.pre_fc_norm_embedding, mtp.pre_fc_norm_hidden [d] (1 + γ),
+//   mtp.fc [d, 2d] over [embedding | hidden], mtp.layers.i.* gated
+//   full-attention decoder layers (the MLP as the family's: load_mlp fills
+//   it from the layer's prefix), mtp.norm [d] (1 + γ); the trunk's embedding
+//   and LM head.
+std::unique_ptr<Model> load_mtp_head(const JsonConfig& cfg, WeightSource& w, const HybridConfig& c,
+                                     const StackWeights& trunk, const ModelInfo& info,
+                                     const std::function<void(const std::string& p, Block& l)>& load_mlp);
 
 }  // namespace augur

@@ -48,6 +48,18 @@ struct ForwardRow {
   int32_t state_slot = -1;
 };
 
+// Hidden states a forward reads beside its tokens or leaves beside its
+// logits (draft heads and the drafters that feed them).
+struct HiddenIo {
+  // [n_tokens, d_model] f32 on the model's device: a draft head's second
+  // input per token (an MTP head: its target's hidden state), or undefined.
+  Tensor in;
+  // [n_tokens, d_model] f32 on the model's device: filled with each token's
+  // final hidden state (after the final norm, what the LM head reads), or
+  // undefined.
+  Tensor out;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -60,22 +72,35 @@ class Model {
   // tensors by name and layer ("embed.0", "attn_out.i", "mlp_out.i", "hidden.i":
   // the residual stream after layer i), or null.
   void forward(Executor& executor, std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits,
-               const Tensor& ids = Tensor(), Taps* taps = nullptr);
+               const Tensor& ids = Tensor(), Taps* taps = nullptr, const HiddenIo& hidden = {});
+
+  // The checkpoint's multi-token-prediction head, null when it has none: a
+  // model of its own (own KV cache, one decoder layer) over pairs (token
+  // t + 1, this model's final hidden state at t) that predicts token t + 2,
+  // sharing this model's embedding and LM head (HiddenIo::in carries the
+  // hidden states). It lives as long as this model.
+  Model* mtp() const { return mtp_.get(); }
+  // Whether forward reads HiddenIo::in (a draft head).
+  bool reads_hidden() const { return reads_hidden_; }
 
  protected:
   // Checks the rows against the cache and readies their state (host work
   // before the forward: a recurrent row at position 0 starts from the empty state).
   virtual void prepare(std::span<const ForwardRow> rows, KvCache& kv) = 0;
   // The forward's ops (an Executor::Body, with kv and taps).
-  virtual void layers(const BatchPlan& plan, KvCache& kv, Scratch& scratch, const Tensor& logits, Taps* taps) = 0;
+  virtual void layers(const BatchPlan& plan, KvCache& kv, Scratch& scratch, const Tensor& logits, Taps* taps,
+                      const HiddenIo& hidden) = 0;
 
   ModelInfo info_;
+  std::unique_ptr<Model> mtp_;
+  bool reads_hidden_ = false;
 };
 
 // Loads a Hugging Face checkpoint directory (config.json + safetensors), its
 // weights kept as `placement` says (the host by default), showing progress on
 // a terminal. Unknown model_type is an error
 // listing the supported ones.
+// Loads a checkpoint's MTP head too where it ships one (Model::mtp()).
 std::unique_ptr<Model> load_model(const std::string& dir, const Placement& placement = Placement());
 
 // A model of a known shape with random weights made in memory, for benchmarks

@@ -8,7 +8,7 @@
 // model_type qwen3_5_text / qwen3_5_moe_text is a text checkpoint
 // (model.layers.*); qwen3_5 / qwen3_5_moe nest the text config under
 // text_config and keep the text model under model.language_model.* (the vision
-// tower and mtp.* tensors are not loaded).
+// tower is not loaded; mtp.* becomes the model's MTP head, hybrid.h).
 // Checkpoint generations: the transformers export above, and mlx-lm's
 // converted layout (language_model.model.* / language_model.lm_head, conv1d
 // kernels [C, K, 1], and the 1 + γ norm gains stored already shifted, except
@@ -100,8 +100,15 @@ std::unique_ptr<Model> make(const JsonConfig& top, WeightSource& w, ModelInfo in
   }
   hw.final_norm = load_centred_norm(w, root + "norm.weight", d);
   hw.head = c.tie_embeddings ? hw.embed : w.matrix("lm_head.weight", {c.n_vocab, d});
+  std::unique_ptr<Model> mtp = load_mtp_head(cfg, w, c, hw, info, [&](const std::string& p, Block& l) {
+    l.moe = moe;
+    if (moe)
+      l.experts = load_moe(w, p, d, m);
+    else
+      l.mlp = load_swiglu(w, p + "mlp.", d, d_ff);
+  });
   progress.update(c.n_layer + 1);
-  return make_stack_model(c, std::move(hw), w, std::move(info));
+  return make_stack_model(c, std::move(hw), w, std::move(info), std::move(mtp));
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 //   shared one.
 //   MoE on layer i unless i is in mlp_only_layers or (i + 1) is not a multiple
 //   of decoder_sparse_step (then a dense SwiGLU of intermediate_size);
-//   norm_topk_prob as configured.
+//   norm_topk_prob as configured. mtp.* becomes the model's MTP head (hybrid.h).
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -110,8 +110,16 @@ std::unique_ptr<Model> make_qwen3_next(const JsonConfig& cfg, WeightSource& w, M
   }
   hw.final_norm = load_centred_norm(w, "model.norm.weight", d);
   hw.head = c.tie_embeddings ? hw.embed : w.matrix("lm_head.weight", {c.n_vocab, d});
+  // The MTP layer's MLP: sparse MoE where the model has experts.
+  std::unique_ptr<Model> mtp = load_mtp_head(cfg, w, c, hw, info, [&](const std::string& p, Block& l) {
+    l.moe = n_expert > 0;
+    if (l.moe)
+      l.experts = load_moe(w, p, d, m);
+    else
+      l.mlp = load_swiglu(w, p + "mlp.", d, cfg.get_int("intermediate_size"));
+  });
   progress.update(c.n_layer + 1);
-  return make_stack_model(c, std::move(hw), w, std::move(info));
+  return make_stack_model(c, std::move(hw), w, std::move(info), std::move(mtp));
 }
 
 }  // namespace augur

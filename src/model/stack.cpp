@@ -12,9 +12,12 @@ namespace {
 
 class DecoderStack final : public Model {
  public:
-  DecoderStack(const StackConfig& cfg, StackWeights weights, WeightSource& src, ModelInfo info)
+  DecoderStack(const StackConfig& cfg, StackWeights weights, WeightSource& src, ModelInfo info,
+               std::unique_ptr<Model> mtp)
       : cfg_(cfg), w_(std::move(weights)) {
     info_ = std::move(info);
+    mtp_ = std::move(mtp);
+    reads_hidden_ = w_.input.defined();
     AUGUR_ASSERT(int64_t(w_.layers.size()) == cfg.n_layer, "one Block per layer");
     inv_freq_ = src.constant_f32(cfg.inv_freq);
     shape_.n_head = cfg.n_head;
@@ -87,7 +90,8 @@ class DecoderStack final : public Model {
 
   // Reference: LlamaModel.forward, Qwen3Model.forward, Qwen3_5TextModel.forward,
   // Qwen3NextModel.forward (pre-norm residual blocks).
-  void layers(const BatchPlan& plan, KvCache& kv, Scratch& scratch, const Tensor& logits, Taps* taps) override {
+  void layers(const BatchPlan& plan, KvCache& kv, Scratch& scratch, const Tensor& logits, Taps* taps,
+              const HiddenIo& hidden) override {
     const int64_t T = plan.n_tokens(), d = cfg_.d_model;
     const ops::BatchView batch = plan.view();
     std::vector<ops::RecurrentRow> rec;
@@ -95,7 +99,18 @@ class DecoderStack final : public Model {
     Tensor x = scratch.get("x", {T, d});  // residual stream
     Tensor h = scratch.get("h", {T, d});  // normed input of a block
     Tensor o = scratch.get("o", {T, d});  // output of a block
-    ops::embedding(w_.embed, plan.tokens, x, batch.device);
+    if (w_.input.defined()) {
+      // x = fc_embed · norm(embed(token)) + fc_hidden · norm(hidden)
+      const HeadInput& in = w_.input;
+      ops::embedding(w_.embed, plan.tokens, o, batch.device);
+      ops::rms_norm(o, in.norm_embed, cfg_.rms_eps, h);
+      ops::linear(h, in.fc_embed, x);
+      ops::rms_norm(hidden.in, in.norm_hidden, cfg_.rms_eps, h);
+      ops::linear(h, in.fc_hidden, o);
+      ops::add_inplace(x, o);
+    } else {
+      ops::embedding(w_.embed, plan.tokens, x, batch.device);
+    }
     if (taps) taps->record("embed", 0, x);
     // A block's input projection is made by the previous block's tail (with
     // its norm and residual add) where it can be; taps need every block's
@@ -103,7 +118,7 @@ class DecoderStack final : public Model {
     const bool ahead = taps == nullptr;
     auto input_w = [&](const Block& l) { return !ahead ? Tensor() : l.linear ? l.gdn.in_all : l.attn.wqkv; };
     Tensor projected = first_block_input(x, w_.layers[0].attn_norm, cfg_.rms_eps, input_w(w_.layers[0]), h, scratch);
-    const bool fuse_head = ahead && logits_of_every_token(plan);
+    const bool fuse_head = ahead && logits_of_every_token(plan) && !hidden.out.defined();
     for (int64_t i = 0; i < cfg_.n_layer; ++i) {
       const Block& l = w_.layers[size_t(i)];
       const Block* next = i + 1 < cfg_.n_layer ? &w_.layers[size_t(i + 1)] : nullptr;
@@ -140,6 +155,7 @@ class DecoderStack final : public Model {
         ops::add_inplace(x, o);  // output_logits norms the rows it needs
       if (taps) taps->record("hidden", i, x);
     }
+    if (hidden.out.defined()) ops::rms_norm(x, w_.final_norm, cfg_.rms_eps, hidden.out);
     output_logits(x, w_.final_norm, cfg_.rms_eps, w_.head, plan, logits, scratch);
   }
 
@@ -154,21 +170,33 @@ class DecoderStack final : public Model {
 }  // namespace
 
 std::unique_ptr<Model> make_stack_model(const StackConfig& cfg, StackWeights weights, WeightSource& src,
-                                        ModelInfo info) {
-  return std::make_unique<DecoderStack>(cfg, std::move(weights), src, std::move(info));
+                                        ModelInfo info, std::unique_ptr<Model> mtp) {
+  return std::make_unique<DecoderStack>(cfg, std::move(weights), src, std::move(info), std::move(mtp));
 }
 
 void Model::forward(Executor& executor, std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits,
-                    const Tensor& ids, Taps* taps) {
+                    const Tensor& ids, Taps* taps, const HiddenIo& hidden) {
   BatchPlan plan = plan_batch(rows, info_.n_vocab, info_.max_position);
   if (!logits.defined() || logits.dim(-1) != info_.n_vocab)
     fail("[forward] logits ", logits.defined() ? logits.shape_str() : std::string("undefined"), " should be [",
          plan.logit_tokens.size(), ", ", info_.n_vocab, "]");
+  auto check = [&](const Tensor& t, const char* what) {
+    if (t.defined() && (t.ndim() != 2 || t.dim(0) != plan.n_tokens() || t.dim(1) != info_.d_model ||
+                        t.dtype() != DType::F32 || t.device() != executor.device()))
+      fail("[forward] hidden ", what, " is ", t.shape_str(), "; it should be [", plan.n_tokens(), ", ",
+           info_.d_model, "] f32 on the model's device");
+  };
+  if (reads_hidden_ && !hidden.in.defined())
+    fail("[forward] ", info_.model_type, " reads a hidden state beside each token (HiddenIo::in)");
+  check(hidden.in, "in");
+  check(hidden.out, "out");
   prepare(rows, kv);
+  // Hidden-state traffic is addressed by the caller: such forwards are not recorded.
+  const bool eager = taps != nullptr || hidden.in.defined() || hidden.out.defined();
   executor.run(
       plan, kv, logits, ids,
-      [&](const BatchPlan& p, Scratch& scratch, const Tensor& out) { layers(p, kv, scratch, out, taps); },
-      taps != nullptr);
+      [&](const BatchPlan& p, Scratch& scratch, const Tensor& out) { layers(p, kv, scratch, out, taps, hidden); },
+      eager);
 }
 
 }  // namespace augur

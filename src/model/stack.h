@@ -36,7 +36,18 @@ struct Block {
   MoeWeights experts;
 };
 
+// A draft head's input (an MTP head's): in place of the embedding alone,
+//   x = fc_embed · norm_embed(embed(token)) + fc_hidden · norm_hidden(hidden)
+// where hidden is the target's final hidden state (HiddenIo::in); the
+// checkpoint's fc over the concatenation [embedding | hidden] split in two.
+struct HeadInput {
+  Tensor norm_embed, norm_hidden;  // [d_model] f32
+  Tensor fc_embed, fc_hidden;      // [d_model, d_model]
+  bool defined() const { return fc_embed.defined(); }
+};
+
 struct StackWeights {
+  HeadInput input;             // draft heads only
   Tensor embed;                // [n_vocab, d_model]
   std::vector<Block> layers;
   Tensor final_norm;           // [d_model] f32
@@ -45,7 +56,9 @@ struct StackWeights {
 
 // `info` carries the family's identity; shapes and sizes are filled in here
 // (`src` for the parameter counts and the RoPE table's placement).
+// mtp: the checkpoint's MTP head (a stack model with weights.input), owned by
+// the model made here, or null.
 std::unique_ptr<Model> make_stack_model(const StackConfig& cfg, StackWeights weights, WeightSource& src,
-                                        ModelInfo info);
+                                        ModelInfo info, std::unique_ptr<Model> mtp = nullptr);
 
 }  // namespace augur

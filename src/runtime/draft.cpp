@@ -42,17 +42,51 @@ int32_t verify_draft(std::span<float> weights, int32_t draft, float u_accept, fl
 }
 
 void validate(const SpeculationParams& p) {
-  if (!p.draft.empty() && p.draft != "ngram" && p.draft != "replay")
-    fail("[speculation] draft '", p.draft, "' is not supported (ngram, replay)");
   if (p.draft == "replay" && p.replay.empty()) fail("[speculation] the replay draft needs a record");
   if (p.k < 1 || p.k > 16) fail("[speculation] draft tokens must be in [1, 16], got ", p.k);
   if (p.ngram.min_n < 1 || p.ngram.max_n < p.ngram.min_n)
     fail("[speculation] n-gram lengths need 1 <= min (", p.ngram.min_n, ") <= max (", p.ngram.max_n, ")");
 }
 
-std::unique_ptr<DraftSource> make_draft_source(const SpeculationParams& p) {
-  if (p.draft == "ngram") return std::make_unique<NgramDraft>(p.ngram);
-  if (p.draft == "replay") return std::make_unique<ReplayDraft>(p.replay);
+namespace {
+
+// A row of a lookup drafter: its proposer, which keeps nothing between steps.
+class LookupRow final : public DraftRow {
+ public:
+  LookupRow(const char* schema, std::unique_ptr<DraftSource> source) : schema_(schema), source_(std::move(source)) {}
+  const char* schema() const override { return schema_; }
+  void rewind(int64_t) override {}
+  DraftSource& source() { return *source_; }
+
+ private:
+  const char* schema_;
+  std::unique_ptr<DraftSource> source_;
+};
+
+class LookupDrafter final : public Drafter {
+ public:
+  explicit LookupDrafter(const char* schema) : schema_(schema) {}
+  const char* schema() const override { return schema_; }
+  std::unique_ptr<DraftRow> open(const SpeculationParams& p) override {
+    if (std::string(schema_) == "ngram") return std::make_unique<LookupRow>(schema_, std::make_unique<NgramDraft>(p.ngram));
+    return std::make_unique<LookupRow>(schema_, std::make_unique<ReplayDraft>(p.replay));
+  }
+  void propose(std::span<DraftRow* const> rows, std::span<const std::span<const int32_t>> history,
+               std::span<const int32_t> k, std::vector<std::vector<int32_t>>& drafts) override {
+    drafts.resize(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i)
+      drafts[i] = static_cast<LookupRow*>(rows[i])->source().propose(history[i], k[i]);
+  }
+
+ private:
+  const char* schema_;
+};
+
+}  // namespace
+
+std::unique_ptr<Drafter> make_lookup_drafter(const std::string& name) {
+  if (name == "ngram") return std::make_unique<LookupDrafter>("ngram");
+  if (name == "replay") return std::make_unique<LookupDrafter>("replay");
   return nullptr;
 }
 

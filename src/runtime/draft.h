@@ -62,14 +62,61 @@ int32_t verify_draft(std::span<float> weights, int32_t draft, float u_accept, fl
 
 // What a request asks of speculation (RequestParams::speculation).
 struct SpeculationParams {
-  std::string draft;    // "" (none), "ngram" or "replay"
+  // "" (none), "ngram", "replay", "mtp" (the checkpoint's MTP head) or the
+  // directory of a draft model (any supported checkpoint of the target's
+  // vocabulary).
+  std::string draft;
   int32_t k = 4;        // most draft tokens a step
+  // k follows each row's acceptance (the drafts it kept, plus one, at the
+  // last rounds), and a row whose drafts keep failing stops speculating for
+  // a while; false: always k.
+  bool adaptive = true;
   NgramOptions ngram;
   std::vector<int32_t> replay;  // "replay": the record (prompt, then continuation)
 };
 // Throws augur::Error naming the field when a parameter is out of range.
 void validate(const SpeculationParams& p);
-// The source a request's parameters name (null for none).
-std::unique_ptr<DraftSource> make_draft_source(const SpeculationParams& p);
+
+// One request's drafting state, made by its Drafter. A session keeps it
+// between requests, tagged with the drafter's schema: a later request of the
+// same drafter reuses it (rewound to the tokens the session keeps), another
+// drafter's starts afresh.
+class DraftRow {
+ public:
+  virtual ~DraftRow() = default;
+  virtual const char* schema() const = 0;
+  // The target's sequence is cut back to its first `keep` tokens (a
+  // session's next request): forget what followed them.
+  virtual void rewind(int64_t keep) = 0;
+};
+
+// A draft source over a group of rows: the rows that decode in one step draft
+// together (one batched forward a draft token for sources that run a model).
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual const char* schema() const = 0;
+  // Whether commit() needs the target's final hidden states (MTP heads).
+  virtual bool reads_hidden() const { return false; }
+  // Whether its rows hold state worth keeping between a session's requests.
+  virtual bool keeps_rows() const { return false; }
+  virtual std::unique_ptr<DraftRow> open(const SpeculationParams& p) = 0;
+  // Up to k[i] drafts for row i into drafts[i] (fewer or none where it has no
+  // guess); history[i]: the row's every token, prompt and generated, the one
+  // about to be fed (the pending token) last.
+  virtual void propose(std::span<DraftRow* const> rows, std::span<const std::span<const int32_t>> history,
+                       std::span<const int32_t> k, std::vector<std::vector<int32_t>>& drafts) = 0;
+  // The target's sequence of `row` keeps n tokens from position pos0 on (a
+  // prompt chunk, or a verify's pending token and accepted drafts); hidden:
+  // their final hidden states, [n, d_model] f32 on the host (reads_hidden
+  // drafters), else null.
+  virtual void commit(DraftRow& row, int64_t pos0, int64_t n, const float* hidden) {
+    (void)row, (void)pos0, (void)n, (void)hidden;
+  }
+};
+
+// The drafter of "ngram" or "replay" (stateless rows over NgramDraft or
+// ReplayDraft; null for other names).
+std::unique_ptr<Drafter> make_lookup_drafter(const std::string& name);
 
 }  // namespace augur

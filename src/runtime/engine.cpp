@@ -5,8 +5,11 @@
 #include <cmath>
 #include <cstring>
 
+#include <filesystem>
+
 #include "backend/device.h"
 #include "core/error.h"
+#include "runtime/model_drafters.h"
 #include "tokenizer/stream.h"
 
 namespace augur {
@@ -58,6 +61,10 @@ const char* finish_reason_name(FinishReason r) {
 struct Engine::Session {
   std::unique_ptr<Sequence> seq;
   bool busy = false;  // a live request is using it
+  // The draft state of its last request's source (Drafter::keeps_rows), in
+  // step with seq.
+  Drafter* drafter = nullptr;
+  std::unique_ptr<DraftRow> draft;
 };
 
 // One request in flight.
@@ -74,9 +81,14 @@ struct Engine::Live {
   std::vector<int32_t> stop_ids;
   std::vector<int32_t> generated;
   int32_t pending = -1;           // sampled, not yet fed
-  std::unique_ptr<DraftSource> draft;  // speculation's source, when asked for
+  Drafter* drafter = nullptr;     // speculation's source, when asked for
+  DraftRow* draft = nullptr;      // its state for this request (own_draft, or the session's)
+  std::unique_ptr<DraftRow> own_draft;
   std::vector<int32_t> feed;      // this step's tokens of a decoding row: pending, then drafts
   DraftStats stats;
+  int32_t k_now = 0;              // drafts the next round asks for (adaptive)
+  double acceptance = -1;         // moving average of the drafts kept a round (-1: none yet)
+  int32_t pause = 0;              // steps left without drafting
   std::optional<StreamDecoder> decoder;
   std::optional<StopMatcher> stopper;
   Tensor prompt_logits;
@@ -94,8 +106,11 @@ struct Engine::Live {
 struct Engine::Inflight {
   std::vector<RequestId> rows;     // the sampled rows' requests, in order
   std::vector<int32_t> n_ids;      // per row, its sampled logits: 1, or 1 + drafts (a verify)
+  std::vector<int64_t> pos0;       // per decoding row, its sequence's length before the forward (-1: a prompt's)
+  std::vector<int64_t> token_at;   // per row, its first token in the forward
   ops::SampledIds ids;
   Tensor host_logits;              // the sampled rows' logits when on the host (logprobs)
+  Tensor hidden;                   // [n_tokens, d_model] host: final hidden states, for drafters that read them
 };
 
 Engine::Engine(std::unique_ptr<Model> model, std::optional<TextModel> text, const EngineOptions& opts)
@@ -111,16 +126,18 @@ Engine::Engine(std::unique_ptr<Model> model, std::optional<TextModel> text, cons
 }
 
 Engine::~Engine() {
-  // Sequences go back to the runner's pools before the runner goes.
+  // Sequences go back to the runners' pools before the runners go.
   inflight_.reset();
   live_.clear();
   sessions_.clear();
+  drafters_.clear();
 }
 
 std::unique_ptr<Model> Engine::release() {
   inflight_.reset();
   live_.clear();
   sessions_.clear();
+  drafters_.clear();
   runner_.reset();
   return std::move(model_);
 }
@@ -167,7 +184,13 @@ RequestId Engine::submit(const Prompt& prompt, const RequestParams& params) {
   r->id = next_id_++;
   r->params = params;
   r->prompt = std::move(ids);
-  r->draft = make_draft_source(params.speculation);
+  if (!params.speculation.draft.empty()) {
+    r->drafter = &drafter(params.speculation.draft);
+    r->k_now = params.speculation.k;
+    // Until a plain step has been timed, a new request's first steps are plain
+    // (adapt() weighs speculative steps against them).
+    if (params.speculation.adaptive && plain_step_s_ <= 0) r->pause = 2;
+  }
   if (!params.ignore_eos) r->stop_ids = info().eos_ids;
   r->stop_ids.insert(r->stop_ids.end(), params.stop_ids.begin(), params.stop_ids.end());
   if (text_) {
@@ -202,9 +225,22 @@ RequestId Engine::submit(const Prompt& prompt, const RequestParams& params) {
     r->seq = s.seq.get();
     r->fed = keep;
     r->cached = int64_t(keep);
+    if (r->drafter && r->drafter->keeps_rows()) {
+      // The session's draft state follows its sequence, for the same source.
+      if (s.drafter == r->drafter && s.draft)
+        s.draft->rewind(int64_t(keep));
+      else
+        s.draft = r->drafter->open(params.speculation);
+      s.drafter = r->drafter;
+      r->draft = s.draft.get();
+    }
   } else {
     r->own = runner_->new_sequence();
     r->seq = r->own.get();
+  }
+  if (r->drafter && !r->draft) {
+    r->own_draft = r->drafter->open(params.speculation);
+    r->draft = r->own_draft.get();
   }
   if (params.prompt_logits)
     r->prompt_logits = Tensor::empty(DType::F32, {int64_t(r->prompt.size() - r->fed), n_vocab});
@@ -311,7 +347,13 @@ void Engine::resolve(Inflight& f, std::vector<Event>& out) {
     auto it = live_.find(f.rows[i]);
     if (it == live_.end() || it->second->done) continue;
     Live& r = *it->second;
+    // The positions the row keeps, for a drafter that reads their hidden states.
+    auto commit = [&](int64_t n) {
+      if (r.draft && f.hidden.defined() && f.pos0[i] >= 0)
+        r.drafter->commit(*r.draft, f.pos0[i], n, f.hidden.data<float>() + f.token_at[i] * info().d_model);
+    };
     if (f.n_ids[i] == 1) {
+      commit(1);
       r.pending = ids[at];
       accept(r, ids[at], f.host_logits.defined() ? f.host_logits.data<float>() + int64_t(at) * n_vocab : nullptr,
              out);
@@ -347,6 +389,8 @@ void Engine::resolve(Inflight& f, std::vector<Event>& out) {
     r.stats.drafted += m;
     r.stats.accepted += j;
     r.stats.full_rounds += j == m;
+    adapt(r, m, j);
+    commit(1 + j);
     for (size_t t = 0; t < emit.size() && !r.done; ++t) {  // token t was decided by logit row at + t
       r.pending = emit[t];
       accept(r, r.pending, f.host_logits.defined() ? f.host_logits.data<float>() + int64_t(at + t) * n_vocab : nullptr,
@@ -360,6 +404,57 @@ void Engine::resolve(Inflight& f, std::vector<Event>& out) {
   if (!roll.empty()) runner_->rollback(roll, keep);
 }
 
+Drafter& Engine::drafter(const std::string& name) {
+  auto it = drafters_.find(name);
+  if (it != drafters_.end()) return *it->second;
+  std::unique_ptr<Drafter> d = make_lookup_drafter(name);
+  if (!d && name == "mtp") {
+    if (!model_->mtp())
+      fail("[speculation] draft 'mtp': this ", info().model_type,
+           " checkpoint has no MTP head (no mtp.* tensors, or mtp_num_hidden_layers is 0)");
+    d = make_mtp_drafter(*model_->mtp(), runner_->options());
+  }
+  if (!d) {
+    if (!std::filesystem::is_directory(name))
+      fail("[speculation] draft '", name, "' is none of ngram, mtp, replay or a model directory");
+    d = make_model_drafter(load_model(name, info().placement), info(), runner_->options());
+  }
+  return *(drafters_[name] = std::move(d));
+}
+
+int32_t Engine::draft_budget(Live& r, int64_t room) {
+  const SpeculationParams& p = r.params.speculation;
+  if (room <= 0) return 0;
+  if (!p.adaptive) return int32_t(std::min<int64_t>(room, p.k));
+  if (r.pause > 0) {
+    --r.pause;
+    return 0;
+  }
+  return int32_t(std::min<int64_t>(room, r.k_now));
+}
+
+// After a round of `drafted` drafts that kept `accepted`: the next round asks
+// for one more after a full accept, else for what was kept plus one; a row
+// whose expected gain is below the measured cost of a speculative step
+// against a plain one rests for a while, then tries again with one draft.
+void Engine::adapt(Live& r, int64_t drafted, int64_t accepted) {
+  const SpeculationParams& p = r.params.speculation;
+  if (!p.adaptive || drafted <= 0) return;
+  // Per-draft acceptance: drafts kept over drafts tried (the first rejected
+  // one included).
+  const double rate = double(accepted) / double(std::min(accepted + 1, drafted));
+  r.acceptance = r.acceptance < 0 ? rate : 0.75 * r.acceptance + 0.25 * rate;
+  r.k_now = accepted == drafted ? std::min(p.k, r.k_now + 1) : int32_t(std::max<int64_t>(1, accepted + 1));
+  if (plain_step_s_ <= 0 || draft_step_s_ <= 0 || r.stats.rounds < 4) return;
+  // Tokens a round of k_now drafts yields: 1 + a + a^2 + ... + a^k_now.
+  double expected = 0, power = 1;
+  for (int32_t i = 0; i <= r.k_now; ++i, power *= r.acceptance) expected += power;
+  if (expected < draft_step_s_ / plain_step_s_) {
+    r.pause = 16;
+    r.k_now = 1;
+  }
+}
+
 void Engine::launch(std::vector<Event>& out) {
   std::vector<Sequence*> seqs;
   std::vector<std::span<const int32_t>> tokens;
@@ -369,26 +464,47 @@ void Engine::launch(std::vector<Event>& out) {
   std::vector<bool> verify;   // every logit of the row is (a decoding row: pending and drafts)
   bool host_logits = info().placement.device() == Device::CPU;
   int64_t budget = opts_.step_tokens;
-  // Decoding rows first (one token each), then prompt chunks in order of arrival.
+  // Decoding rows first (one token each, or a verify: the pending token and
+  // its drafts), then prompt chunks in order of arrival.
+  std::vector<Live*> decoding;
+  std::map<Drafter*, std::vector<Live*>> drafting;  // rows by source, drafting together
   for (auto& [id, rp] : live_) {
     Live& r = *rp;
     if (r.done || r.prefilling()) continue;
     AUGUR_ASSERT(r.pending >= 0, "a decoding request without its next token");
     r.feed.assign(1, r.pending);
-    if (r.draft) {
+    decoding.push_back(&r);
+    if (r.draft) drafting[r.drafter].push_back(&r);
+  }
+  for (auto& [source, group] : drafting) {
+    std::vector<DraftRow*> states;
+    std::vector<std::vector<int32_t>> histories;
+    std::vector<int32_t> k;
+    for (Live* r : group) {
       // Drafts while the request has room for them and the bonus token, and
       // the positions stay within the model's.
-      int64_t room = r.params.max_tokens - int64_t(r.generated.size()) - 1;
-      if (info().max_position > 0) room = std::min(room, info().max_position - r.seq->length() - 1);
-      if (room > 0) {
-        std::vector<int32_t> history = r.prompt;
-        history.insert(history.end(), r.generated.begin(), r.generated.end());  // ends with pending
-        const auto drafts = r.draft->propose(history, int32_t(std::min<int64_t>(room, r.params.speculation.k)));
-        r.feed.insert(r.feed.end(), drafts.begin(), drafts.end());
-      }
+      int64_t room = r->params.max_tokens - int64_t(r->generated.size()) - 1;
+      if (info().max_position > 0) room = std::min(room, info().max_position - r->seq->length() - 1);
+      states.push_back(r->draft);
+      histories.push_back(r->prompt);
+      histories.back().insert(histories.back().end(), r->generated.begin(), r->generated.end());  // ends with pending
+      k.push_back(draft_budget(*r, room));
+    }
+    std::vector<std::span<const int32_t>> spans(histories.begin(), histories.end());
+    std::vector<std::vector<int32_t>> drafts;
+    source->propose(states, spans, k, drafts);
+    for (size_t i = 0; i < group.size(); ++i) {
+      Live& r = *group[i];
+      r.feed.insert(r.feed.end(), drafts[i].begin(), drafts[i].begin() + std::min<long>(long(drafts[i].size()), k[i]));
+      launched_drafts_ |= r.feed.size() > 1;
       // Recurrent state goes back only to a capture: one before the verify.
       if (r.feed.size() > 1 && r.seq->state_slot() >= 0) r.seq->capture();
     }
+  }
+  bool reads_hidden = false;  // a row's drafter reads the forward's hidden states
+  for (Live* rp : decoding) {
+    Live& r = *rp;
+    reads_hidden |= r.drafter && r.drafter->reads_hidden();
     rows.push_back(&r);
     seqs.push_back(r.seq);
     tokens.emplace_back(r.feed);
@@ -412,6 +528,8 @@ void Engine::launch(std::vector<Event>& out) {
     samples.push_back(sample);
     verify.push_back(false);
     host_logits |= r.params.prompt_logits || (sample && r.params.logprobs >= 0);
+    reads_hidden |= r.drafter && r.drafter->reads_hidden();
+    launched_prompt_ = true;
   }
   if (rows.empty()) return;
   const Clock::time_point now = Clock::now();
@@ -420,7 +538,19 @@ void Engine::launch(std::vector<Event>& out) {
       r->started = true;
       r->t_start = now;
     }
-  const Tensor logits = runner_->step(seqs, tokens, n_logits, host_logits ? LogitsOn::Host : LogitsOn::Device);
+  std::vector<int64_t> pos0, token_at;
+  int64_t n_tokens = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    pos0.push_back(seqs[i]->length());
+    token_at.push_back(n_tokens);
+    n_tokens += int64_t(tokens[i].size());
+  }
+  HiddenIo hidden;
+  if (reads_hidden) hidden.out = empty_on(info().placement.device(), DType::F32, {n_tokens, info().d_model});
+  const Tensor logits =
+      runner_->step(seqs, tokens, n_logits, host_logits ? LogitsOn::Host : LogitsOn::Device, hidden);
+  const Tensor hidden_host =
+      !reads_hidden ? Tensor() : hidden.out.device() == Device::CPU ? hidden.out : to_device(hidden.out, Device::CPU);
   for (Live* r : rows) {
     if (r->prefilling() || r->pending < 0) continue;
     r->pending = -1;  // fed by this step
@@ -433,6 +563,9 @@ void Engine::launch(std::vector<Event>& out) {
   for (size_t i = 0; i < rows.size(); ++i) {
     Live& r = *rows[i];
     if (r.prefilling()) {
+      if (r.draft && hidden_host.defined())
+        r.drafter->commit(*r.draft, pos0[i], int64_t(tokens[i].size()),
+                          hidden_host.data<float>() + token_at[i] * info().d_model);
       if (r.params.prompt_logits) {
         const int64_t begin = int64_t(r.fed) - r.cached;
         std::memcpy(r.prompt_logits.data<float>() + begin * n_vocab, logits.data<float>() + at * n_vocab,
@@ -451,6 +584,8 @@ void Engine::launch(std::vector<Event>& out) {
       for (int32_t t = n; t > 0; --t) sample_at.push_back(at - t);
       inflight->rows.push_back(r.id);
       inflight->n_ids.push_back(n);
+      inflight->pos0.push_back(verify[i] ? pos0[i] : -1);  // a prompt's chunk was committed above
+      inflight->token_at.push_back(token_at[i]);
     } else if (!r.prefilling() && r.params.max_tokens == 0) {
       finish(r, FinishReason::Length, out);
     }
@@ -483,11 +618,14 @@ void Engine::launch(std::vector<Event>& out) {
   if (!penalties.empty()) ops::apply_penalties(to_sample, penalties);
   inflight->ids = runner_->sample(to_sample, srows);
   if (to_sample.device() == Device::CPU) inflight->host_logits = to_sample;
+  inflight->hidden = hidden_host;
   inflight_ = std::move(inflight);
 }
 
 std::vector<Event> Engine::step() {
   std::vector<Event> out;
+  const Clock::time_point t0 = Clock::now();
+  launched_drafts_ = launched_prompt_ = false;
   if (can_chain()) {
     // The next decode step goes to the device with the ids in flight, then
     // those ids are read: the device never waits for the host.
@@ -526,6 +664,13 @@ std::vector<Event> Engine::step() {
     if (inflight_ && !can_chain()) {
       std::unique_ptr<Inflight> f = std::move(inflight_);
       resolve(*f, out);
+      // A step that drafted (propose, verify, rollback) against one that did
+      // not, for adapt().
+      if (!launched_prompt_) {
+        double& avg = launched_drafts_ ? draft_step_s_ : plain_step_s_;
+        const double s = seconds(t0, Clock::now());
+        avg = avg <= 0 ? s : 0.8 * avg + 0.2 * s;
+      }
     }
   }
   for (auto& [id, r] : live_)

@@ -154,11 +154,21 @@ class Engine {
   bool can_chain() const;
   void resolve(Inflight& f, std::vector<Event>& out);
   void launch(std::vector<Event>& out);
+  Drafter& drafter(const std::string& name);
+  int32_t draft_budget(Live& r, int64_t room);
+  void adapt(Live& r, int64_t drafted, int64_t accepted);
 
   std::unique_ptr<Model> model_;
   std::optional<TextModel> text_;
   EngineOptions opts_;
   std::unique_ptr<Runner> runner_;
+  // Draft sources by name (RequestParams::speculation.draft), made on first use.
+  std::map<std::string, std::unique_ptr<Drafter>> drafters_;
+  // Measured seconds of a step without drafts and of one with (propose and
+  // verify), moving averages: what a speculative round costs against a plain one.
+  double plain_step_s_ = 0, draft_step_s_ = 0;
+  bool launched_drafts_ = false;  // the last launch fed drafts
+  bool launched_prompt_ = false;  // the last launch fed a prompt chunk
   RequestId next_id_ = 0;
   int64_t next_session_ = 0;
   std::map<RequestId, std::unique_ptr<Live>> live_;  // in submission order

@@ -36,4 +36,17 @@ struct PerplexityOptions {
 // Each window is one request of the engine, which must hold window + 1 tokens.
 PerplexityResult perplexity(Engine& engine, std::span<const int32_t> ids, const PerplexityOptions& opts);
 
+// A model's MTP head against the model itself, teacher-forced over the same
+// windows (train_tiny.py's mtp_top1_vs_trunk_greedy): at each position t + 2
+// of a window (t + 2 within it), whether the head's top-1 from (the model's
+// hidden state at t, token t + 1) equals the model's own top-1 after token
+// t + 1. That rate is what a one-token MTP draft is accepted at under greedy
+// decoding on such text.
+struct MtpAgreement {
+  int64_t positions = 0;
+  int64_t agree = 0;
+  double rate = 0;
+};
+MtpAgreement mtp_agreement(Model& model, std::span<const int32_t> ids, const PerplexityOptions& opts);
+
 }  // namespace augur

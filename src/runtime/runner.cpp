@@ -7,7 +7,6 @@
 
 namespace augur {
 
-
 Runner::Runner(Model& model, const RunnerOptions& opts)
     : model_(&model),
       opts_(opts),
@@ -20,8 +19,8 @@ Runner::Runner(Model& model, const RunnerOptions& opts)
 }
 
 Tensor Runner::step(std::span<Sequence* const> seqs, std::span<const std::span<const int32_t>> tokens,
-                    std::span<const int32_t> n_logits, LogitsOn on) {
-  Tensor logits = run(seqs, tokens, n_logits, on, Tensor());
+                    std::span<const int32_t> n_logits, LogitsOn on, const HiddenIo& hidden) {
+  Tensor logits = run(seqs, tokens, n_logits, on, Tensor(), hidden);
   for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->append(tokens[i]);
   return logits;
 }
@@ -40,7 +39,7 @@ Tensor Runner::step_ahead(std::span<Sequence* const> seqs, const Tensor& ids, Lo
 }
 
 Tensor Runner::run(std::span<Sequence* const> seqs, std::span<const std::span<const int32_t>> tokens,
-                   std::span<const int32_t> n_logits, LogitsOn on, const Tensor& ids) {
+                   std::span<const int32_t> n_logits, LogitsOn on, const Tensor& ids, const HiddenIo& hidden) {
   AUGUR_ASSERT(seqs.size() == tokens.size() && seqs.size() == n_logits.size(), "step arity");
   std::vector<ForwardRow> rows(seqs.size());
   int64_t n_out = 0;
@@ -64,7 +63,7 @@ Tensor Runner::run(std::span<Sequence* const> seqs, std::span<const std::span<co
   } else {
     logits = Tensor::empty(DType::F32, {n_out, n_vocab});
   }
-  model_->forward(executor_, rows, kv_, logits, ids);
+  model_->forward(executor_, rows, kv_, logits, ids, nullptr, hidden);
   return logits;
 }
 

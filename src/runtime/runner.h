@@ -40,9 +40,10 @@ class Runner {
   // and asks for the logits of its last n_logits[i] tokens.
   // Returns [sum n_logits, n_vocab] f32, rows in order. On LogitsOn::Device
   // the tensor lives on the model's device and stays valid until the next
-  // step or feed of this runner.
+  // step or feed of this runner. hidden: hidden states read beside the
+  // tokens or left beside the logits (Model::forward), rows as the tokens'.
   Tensor step(std::span<Sequence* const> seqs, std::span<const std::span<const int32_t>> tokens,
-              std::span<const int32_t> n_logits, LogitsOn on = LogitsOn::Host);
+              std::span<const int32_t> n_logits, LogitsOn on = LogitsOn::Host, const HiddenIo& hidden = {});
 
   // A decode step of one token a row whose ids are still where a sample left
   // them (ops::SampledIds::device(), [seqs.size()] i32): the host queues it
@@ -72,7 +73,7 @@ class Runner {
  private:
   // step() and step_ahead(): the forward, with the ids on the device when given.
   Tensor run(std::span<Sequence* const> seqs, std::span<const std::span<const int32_t>> tokens,
-             std::span<const int32_t> n_logits, LogitsOn on, const Tensor& ids);
+             std::span<const int32_t> n_logits, LogitsOn on, const Tensor& ids, const HiddenIo& hidden = {});
   Model* model_;
   RunnerOptions opts_;
   Executor executor_;

@@ -1,0 +1,250 @@
+#include "runtime/model_drafters.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/device.h"
+#include "core/error.h"
+
+namespace augur {
+
+namespace {
+
+int32_t argmax(const float* row, int64_t n) { return int32_t(std::max_element(row, row + n) - row); }
+
+// A host buffer of rows as a tensor on `device`.
+Tensor placed(const std::vector<float>& rows, int64_t d, Device device) {
+  const int64_t n = int64_t(rows.size()) / d;
+  Tensor t = Tensor::empty(DType::F32, {n, d});
+  std::memcpy(t.data<float>(), rows.data(), rows.size() * sizeof(float));
+  return device == Device::CPU ? t : to_device(t, device);
+}
+
+Tensor on_host(const Tensor& t) { return t.device() == Device::CPU ? t : to_device(t, Device::CPU); }
+
+// ------------------------------------------------------------------ MTP head
+
+// MTP entry e of a row reads the target's hidden state at position base + e
+// and the token after it; the K/V cache's index is e (RoPE scores depend
+// only on differences of positions, so the offset base does not matter).
+class MtpRow final : public DraftRow {
+ public:
+  explicit MtpRow(std::unique_ptr<Sequence> seq) : seq(std::move(seq)) {}
+  const char* schema() const override { return "mtp"; }
+  void rewind(int64_t keep) override {
+    if (base >= 0 && keep == committed()) return;  // the next request continues where this one ended
+    reset();
+  }
+  // Target positions whose hidden states this row has been given.
+  int64_t committed() const { return base + n_valid + int64_t(pending.size()) / d; }
+  void reset() {
+    seq->truncate(0);
+    base = -1;
+    n_valid = 0;
+    pending.clear();
+  }
+
+  std::unique_ptr<Sequence> seq;
+  int64_t d = 1;
+  int64_t base = -1;            // target position of entry 0 (-1: nothing yet)
+  int64_t n_valid = 0;          // entries that read the target's hidden states
+  std::vector<float> pending;   // hidden states of positions [base + n_valid, committed()), d each
+};
+
+class MtpDrafter final : public Drafter {
+ public:
+  MtpDrafter(Model& head, const RunnerOptions& opts) : runner_(head, opts) {}
+  const char* schema() const override { return "mtp"; }
+  bool reads_hidden() const override { return true; }
+  bool keeps_rows() const override { return true; }
+
+  std::unique_ptr<DraftRow> open(const SpeculationParams&) override {
+    auto row = std::make_unique<MtpRow>(runner_.new_sequence());
+    row->d = runner_.model().info().d_model;
+    return row;
+  }
+
+  void commit(DraftRow& r, int64_t pos0, int64_t n, const float* hidden) override {
+    auto& row = static_cast<MtpRow&>(r);
+    AUGUR_ASSERT(hidden != nullptr, "the MTP drafter reads the target's hidden states");
+    if (row.base < 0 || pos0 != row.committed()) {  // a gap (rewound session): start over here
+      row.reset();
+      row.base = pos0;
+    }
+    row.pending.insert(row.pending.end(), hidden, hidden + n * row.d);
+  }
+
+  void propose(std::span<DraftRow* const> rows, std::span<const std::span<const int32_t>> history,
+               std::span<const int32_t> k, std::vector<std::vector<int32_t>>& drafts) override {
+    drafts.assign(rows.size(), {});
+    const Model& head = runner_.model();
+    const int64_t d = head.info().d_model, n_vocab = head.info().n_vocab;
+    const Device device = head.info().placement.device();
+    // The first draft: each row's entries for the positions committed since
+    // its last round (the target's hidden state at e with token e + 1), the
+    // last entry's logits giving the token after the pending one.
+    std::vector<size_t> live;  // rows drafting
+    std::vector<Sequence*> seqs;
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<float> hidden_in;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      auto& row = *static_cast<MtpRow*>(rows[i]);
+      const int64_t pending_at = int64_t(history[i].size()) - 1;
+      if (k[i] <= 0 || row.base < 0 || row.committed() != pending_at || row.pending.empty()) continue;
+      row.seq->truncate(row.n_valid);  // the last round's chained entries
+      const int64_t first = row.base + row.n_valid;
+      tokens.emplace_back(history[i].begin() + first + 1, history[i].end());
+      hidden_in.insert(hidden_in.end(), row.pending.begin(), row.pending.end());
+      row.n_valid += int64_t(tokens.back().size());
+      row.pending.clear();
+      live.push_back(i);
+      seqs.push_back(row.seq.get());
+    }
+    for (int32_t step = 0; !live.empty(); ++step) {
+      std::vector<std::span<const int32_t>> spans(tokens.begin(), tokens.end());
+      const std::vector<int32_t> wants(live.size(), 1);
+      const int64_t n_tokens = int64_t(hidden_in.size()) / d;
+      HiddenIo io;
+      io.in = placed(hidden_in, d, device);
+      io.out = empty_on(device, DType::F32, {n_tokens, d});
+      const Tensor logits = runner_.step(seqs, spans, wants, LogitsOn::Host, io);
+      const Tensor out = on_host(io.out);
+      // Rows wanting more chain on the head's own output at their last token.
+      std::vector<size_t> next_live;
+      std::vector<Sequence*> next_seqs;
+      std::vector<std::vector<int32_t>> next_tokens;
+      std::vector<float> next_hidden;
+      int64_t end = 0;
+      for (size_t r = 0; r < live.size(); ++r) {
+        end += int64_t(tokens[r].size());
+        const size_t i = live[r];
+        drafts[i].push_back(argmax(logits.data<float>() + int64_t(r) * n_vocab, n_vocab));
+        if (int32_t(drafts[i].size()) >= k[i]) continue;
+        next_live.push_back(i);
+        next_seqs.push_back(seqs[r]);
+        next_tokens.push_back({drafts[i].back()});
+        const float* last = out.data<float>() + (end - 1) * d;
+        next_hidden.insert(next_hidden.end(), last, last + d);
+      }
+      live = std::move(next_live);
+      seqs = std::move(next_seqs);
+      tokens = std::move(next_tokens);
+      hidden_in = std::move(next_hidden);
+    }
+  }
+
+ private:
+  Runner runner_;
+};
+
+// --------------------------------------------------------------- draft model
+
+class ModelRow final : public DraftRow {
+ public:
+  explicit ModelRow(std::unique_ptr<Sequence> seq) : seq(std::move(seq)) {}
+  const char* schema() const override { return "model"; }
+  void rewind(int64_t) override {}  // propose() aligns by common prefix
+  std::unique_ptr<Sequence> seq;
+};
+
+class ModelDrafter final : public Drafter {
+ public:
+  ModelDrafter(std::unique_ptr<Model> model, const RunnerOptions& opts)
+      : model_(std::move(model)), runner_(*model_, opts) {}
+  const char* schema() const override { return "model"; }
+  bool keeps_rows() const override { return true; }
+
+  std::unique_ptr<DraftRow> open(const SpeculationParams&) override {
+    return std::make_unique<ModelRow>(runner_.new_sequence());
+  }
+
+  void propose(std::span<DraftRow* const> rows, std::span<const std::span<const int32_t>> history,
+               std::span<const int32_t> k, std::vector<std::vector<int32_t>>& drafts) override {
+    drafts.assign(rows.size(), {});
+    const int64_t n_vocab = model_->info().n_vocab, chunk = runner_.options().prefill_chunk;
+    // Align each row's sequence with its history: keep the longest common
+    // prefix (short of the pending token, whose logits are needed), roll
+    // back the rest.
+    std::vector<size_t> live;
+    std::vector<Sequence*> roll;
+    std::vector<int64_t> keep;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (k[i] <= 0) continue;
+      auto& row = *static_cast<ModelRow*>(rows[i]);
+      const auto& held = row.seq->tokens();
+      const auto& h = history[i];
+      int64_t c = 0;
+      while (c < int64_t(held.size()) && c + 1 < int64_t(h.size()) && held[size_t(c)] == h[size_t(c)]) ++c;
+      if (c < row.seq->length()) {
+        // Recurrent state goes back only to the last capture, and no further.
+        if (row.seq->state_slot() >= 0 && (row.seq->marked_length() < 0 || row.seq->marked_length() > c)) {
+          row.seq = runner_.new_sequence();
+        } else {
+          roll.push_back(row.seq.get());
+          keep.push_back(c);
+        }
+      }
+      live.push_back(i);
+    }
+    if (!roll.empty()) runner_.rollback(roll, keep);
+    // The tokens the sequences lack, all but the last chunk of a long run
+    // (a new request's prompt) fed row by row.
+    std::vector<Sequence*> seqs;
+    std::vector<std::vector<int32_t>> tokens;
+    for (size_t i : live) {
+      Sequence& seq = *static_cast<ModelRow*>(rows[i])->seq;
+      const auto& h = history[i];
+      int64_t from = seq.length();
+      const int64_t n = int64_t(h.size());
+      if (n - from > chunk) {
+        runner_.feed(seq, h.subspan(size_t(from), size_t(n - chunk - from)));
+        from = n - chunk;
+      }
+      seqs.push_back(&seq);
+      tokens.emplace_back(h.begin() + from, h.end());
+    }
+    for (int32_t step = 0; !live.empty(); ++step) {
+      std::vector<std::span<const int32_t>> spans(tokens.begin(), tokens.end());
+      const std::vector<int32_t> wants(live.size(), 1);
+      const Tensor logits = runner_.step(seqs, spans, wants, LogitsOn::Host);
+      std::vector<size_t> next_live;
+      std::vector<Sequence*> next_seqs;
+      std::vector<std::vector<int32_t>> next_tokens;
+      for (size_t r = 0; r < live.size(); ++r) {
+        const size_t i = live[r];
+        // After the pending token: the state the next round rolls back to.
+        if (step == 0 && seqs[r]->state_slot() >= 0) seqs[r]->capture();
+        drafts[i].push_back(argmax(logits.data<float>() + int64_t(r) * n_vocab, n_vocab));
+        if (int32_t(drafts[i].size()) >= k[i]) continue;
+        next_live.push_back(i);
+        next_seqs.push_back(seqs[r]);
+        next_tokens.push_back({drafts[i].back()});
+      }
+      live = std::move(next_live);
+      seqs = std::move(next_seqs);
+      tokens = std::move(next_tokens);
+    }
+  }
+
+ private:
+  std::unique_ptr<Model> model_;
+  Runner runner_;
+};
+
+}  // namespace
+
+std::unique_ptr<Drafter> make_mtp_drafter(Model& head, const RunnerOptions& opts) {
+  return std::make_unique<MtpDrafter>(head, opts);
+}
+
+std::unique_ptr<Drafter> make_model_drafter(std::unique_ptr<Model> draft, const ModelInfo& target,
+                                            const RunnerOptions& opts) {
+  if (!draft) fail("[speculation] no draft model");
+  if (draft->info().n_vocab != target.n_vocab)
+    fail("[speculation] the draft model (", draft->info().model_type, ") has a vocabulary of ",
+         draft->info().n_vocab, " tokens, the target (", target.model_type, ") ", target.n_vocab,
+         ": a draft model needs the target's vocabulary");
+  return std::make_unique<ModelDrafter>(std::move(draft), opts);
+}
+
+}  // namespace augur

@@ -1,0 +1,305 @@
+// Drafters that run a model: a checkpoint's MTP head (augur-tiny's trained
+// one, and random mtp.* tensors added here to the hybrid fixtures) and draft
+// models (another model of the same vocabulary, and the target itself).
+// Greedy output with their drafts is plain greedy's, token for token, over
+// 256 generated tokens, alone, batched and across a session's turns.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/error.h"
+#include "io/io_test_util.h"
+#include "io/safetensors.h"
+#include "io/safetensors_writer.h"
+#include "runtime/engine.h"
+#include "runtime/perplexity.h"
+
+namespace augur {
+namespace {
+
+using test::TempDir;
+
+const std::string kData = AUGUR_TEST_DATA;
+const std::string kTiny = kData + "/../../models/augur-tiny";
+
+std::string dir_of(const std::string& name) { return name == "augur-tiny" ? kTiny : kData + "/" + name; }
+
+std::vector<int32_t> prompt_ids(int64_t n_vocab, uint32_t seed, int n) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& t : ids) t = int32_t(rng() % uint32_t(n_vocab));
+  return ids;
+}
+
+// The hybrid fixture with an MTP head added: config mtp_num_hidden_layers 1,
+// mtp.layers.0.* a copy of its full-attention layer 3, the three norms a copy
+// of model.norm, and mtp.fc random (seeded).
+void write_with_mtp(const std::string& fixture, const TempDir& tmp) {
+  const std::string src = kData + "/" + fixture;
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(src + "/config.json"));
+  ASSERT_EQ(cfg["layer_types"][3], "full_attention");
+  cfg["mtp_num_hidden_layers"] = 1;
+  std::ofstream(tmp.file("config.json")) << cfg.dump(2);
+  auto file = SafetensorsFile::open(src + "/model.safetensors");
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  const std::string layer = "model.layers.3.";
+  for (const auto& info : file->tensors()) {
+    tensors.emplace_back(info.name, file->tensor(info));
+    if (info.name.rfind(layer, 0) == 0)
+      tensors.emplace_back("mtp.layers.0." + info.name.substr(layer.size()), file->tensor(info));
+    if (info.name == "model.norm.weight")
+      for (const char* n : {"mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"})
+        tensors.emplace_back(n, file->tensor(info));
+  }
+  const int64_t d = cfg["hidden_size"];
+  Tensor fc = Tensor::empty(DType::F32, {d, 2 * d});
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const float a = std::sqrt(3.0f / float(2 * d));
+  for (int64_t i = 0; i < fc.numel(); ++i) fc.data<float>()[i] = a * u(rng);
+  tensors.emplace_back("mtp.fc.weight", fc);
+  write_safetensors(tmp.file("model.safetensors"), tensors);
+}
+
+// The fixture with every matrix of its last layer scaled by 1 + noise
+// (seeded, relative `scale`): another model of its vocabulary that mostly
+// agrees with it.
+void write_perturbed(const std::string& fixture, float scale, const TempDir& tmp) {
+  const std::string src = kData + "/" + fixture;
+  std::filesystem::copy_file(src + "/config.json", tmp.file("config.json"));
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(src + "/config.json"));
+  const std::string last = "model.layers." + std::to_string(int64_t(cfg["num_hidden_layers"]) - 1) + ".";
+  auto file = SafetensorsFile::open(src + "/model.safetensors");
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> noise(0.0f, scale);
+  for (const auto& info : file->tensors()) {
+    Tensor t = file->tensor(info);
+    if (info.name.rfind(last, 0) == 0 && t.ndim() == 2 && t.dtype() == DType::BF16) {
+      Tensor f = Tensor::empty(DType::F32, {t.dim(0), t.dim(1)});
+      for (int64_t i = 0; i < t.numel(); ++i)
+        f.data<float>()[i] = bf16_to_f32(t.data<uint16_t>()[i]) * (1.0f + noise(rng));
+      t = f;
+    }
+    tensors.emplace_back(info.name, t);
+  }
+  write_safetensors(tmp.file("model.safetensors"), tensors);
+}
+
+// augur-tiny cut to its first `n_layer` layers (same embedding and head): a
+// model of its vocabulary, to draft for it.
+void write_truncated_tiny(int64_t n_layer, const TempDir& tmp) {
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(kTiny + "/config.json"));
+  cfg["num_hidden_layers"] = n_layer;
+  cfg["layer_types"] = std::vector<nlohmann::json>(cfg["layer_types"].begin(), cfg["layer_types"].begin() + n_layer);
+  cfg["mtp_num_hidden_layers"] = 0;
+  std::ofstream(tmp.file("config.json")) << cfg.dump(2);
+  auto file = SafetensorsFile::open(kTiny + "/model.safetensors");
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& info : file->tensors()) {
+    const std::string& name = info.name;
+    if (name.rfind("mtp.", 0) == 0) continue;
+    if (name.rfind("model.layers.", 0) == 0 && std::stoll(name.substr(13)) >= n_layer) continue;
+    tensors.emplace_back(name, file->tensor(info));
+  }
+  write_safetensors(tmp.file("model.safetensors"), tensors);
+}
+
+struct Outcome {
+  std::vector<int32_t> ids;
+  DraftStats drafts;
+};
+
+// Speculation with a fixed k (adaptive k and resting rows would draft less:
+// the tests want every round drafted).
+std::vector<Outcome> generate(Engine& e, const std::vector<std::vector<int32_t>>& prompts, int64_t n,
+                              const std::string& draft, int32_t k = 4, int64_t session = -1, bool adaptive = false) {
+  RequestParams p;
+  p.ignore_eos = true;
+  p.max_tokens = n;
+  p.speculation.draft = draft;
+  p.speculation.k = k;
+  p.speculation.adaptive = adaptive;
+  p.session = session;
+  std::vector<RequestId> ids;
+  for (const auto& prompt : prompts) ids.push_back(e.submit(Prompt::of_ids(prompt), p));
+  std::map<RequestId, Outcome> got;
+  while (!e.idle())
+    for (Event& ev : e.step()) {
+      auto& o = got[ev.id];
+      o.ids.insert(o.ids.end(), ev.ids.begin(), ev.ids.end());
+      if (ev.done) o.drafts = ev.drafts;
+    }
+  std::vector<Outcome> out;
+  for (RequestId id : ids) out.push_back(got[id]);
+  return out;
+}
+
+std::unique_ptr<Engine> engine_at(const std::string& dir, int64_t max_sequences = 1) {
+  EngineOptions eo;
+  eo.max_cached_tokens = 8192;
+  eo.max_sequences = max_sequences;
+  return std::make_unique<Engine>(load_model(dir), std::nullopt, eo);
+}
+
+void print_stats(const std::string& what, const DraftStats& d) {
+  std::printf("[spec] %s: %lld of %lld drafts accepted in %lld rounds (%lld whole)\n", what.c_str(),
+              (long long)d.accepted, (long long)d.drafted, (long long)d.rounds, (long long)d.full_rounds);
+}
+
+// Where the hybrid (with an MTP head) lives for a test: augur-tiny's own
+// checkpoint, or a fixture with mtp.* written into `tmp`.
+std::string hybrid_with_mtp(const std::string& name, const TempDir& tmp) {
+  if (name == "augur-tiny") return kTiny;
+  write_with_mtp(name, tmp);
+  return tmp.path().string();
+}
+
+class Mtp : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Mtp, GreedyEqualsPlainGreedy) {
+  TempDir tmp;
+  auto e = engine_at(hybrid_with_mtp(GetParam(), tmp));
+  ASSERT_NE(e->model().mtp(), nullptr);
+  const auto prompt = prompt_ids(e->info().n_vocab, 5, 20);
+  const Outcome plain = generate(*e, {prompt}, 256, "")[0];
+  ASSERT_EQ(plain.ids.size(), 256u);
+  for (int32_t k : {1, 2, 4}) {
+    const Outcome spec = generate(*e, {prompt}, 256, "mtp", k)[0];
+    EXPECT_EQ(spec.ids, plain.ids) << "k = " << k;
+    print_stats(GetParam() + " mtp k=" + std::to_string(k), spec.drafts);
+    // A random head on a random model agrees with it by chance only (1 in
+    // 512): only the trained head makes whole rounds happen.
+    if (GetParam() == "augur-tiny") {
+      EXPECT_GT(spec.drafts.full_rounds, 0) << "no round accepted every draft, k = " << k;
+    }
+    EXPECT_GT(spec.drafts.rounds, 50) << "k = " << k;
+    EXPECT_GT(spec.drafts.rounds - spec.drafts.full_rounds, 0) << "no round rejected a draft, k = " << k;
+  }
+}
+
+TEST_P(Mtp, BatchAndSessionsEqualEachAlone) {
+  TempDir tmp;
+  auto e = engine_at(hybrid_with_mtp(GetParam(), tmp), 8);
+  std::vector<std::vector<int32_t>> prompts;
+  for (uint32_t i = 0; i < 8; ++i) prompts.push_back(prompt_ids(e->info().n_vocab, 40 + i, 6 + 5 * int(i)));
+  const auto together = generate(*e, prompts, 40, "mtp", 3);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(together[i].ids, generate(*e, {prompts[i]}, 40, "")[0].ids) << "row " << i;
+  // Two turns of a session: the second continues the first's sequence and
+  // MTP state, and gives what a fresh request for the whole prompt gives.
+  const int64_t s = e->open_session();
+  std::vector<int32_t> history = prompts[0];
+  const auto first = generate(*e, {history}, 30, "mtp", 3, s)[0];
+  history.insert(history.end(), first.ids.begin(), first.ids.end());
+  history.push_back(7);
+  const auto second = generate(*e, {history}, 30, "mtp", 3, s)[0];
+  EXPECT_EQ(second.ids, generate(*e, {history}, 30, "")[0].ids);
+  EXPECT_GT(second.drafts.rounds, 0);
+  e->close_session(s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Hybrids, Mtp, ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_next", "augur-tiny"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+// The families' draft models: another model of the same vocabulary (a
+// fixture with its last layer perturbed; augur-tiny's own first four
+// layers), and the target itself, whose drafts are all accepted.
+class DraftModel : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+TEST_P(DraftModel, GreedyEqualsPlainGreedy) {
+  const auto& [target, other] = GetParam();
+  TempDir tmp;
+  if (other == "tiny-4")
+    write_truncated_tiny(4, tmp);
+  else
+    write_perturbed(target, 0.3f, tmp);
+  const std::string draft_dir = tmp.path().string();
+  auto e = engine_at(dir_of(target), 2);
+  const auto prompt = prompt_ids(e->info().n_vocab, 9, 16);
+  const Outcome plain = generate(*e, {prompt}, 256, "")[0];
+  const Outcome other_spec = generate(*e, {prompt}, 256, draft_dir, 3)[0];
+  EXPECT_EQ(other_spec.ids, plain.ids);
+  print_stats(target + " drafted by " + other, other_spec.drafts);
+  EXPECT_GT(other_spec.drafts.full_rounds, 0);
+  EXPECT_GT(other_spec.drafts.rounds - other_spec.drafts.full_rounds, 0);
+  // The target drafting for itself agrees with itself.
+  const Outcome self_spec = generate(*e, {prompt}, 256, dir_of(target), 3)[0];
+  EXPECT_EQ(self_spec.ids, plain.ids);
+  print_stats(target + " drafted by itself", self_spec.drafts);
+  EXPECT_GT(self_spec.drafts.rounds, 0);
+  EXPECT_EQ(self_spec.drafts.accepted, self_spec.drafts.drafted);
+  // Batched: rows with different prompts keep their own draft sequences.
+  const auto two = generate(*e, {prompt, prompt_ids(e->info().n_vocab, 10, 9)}, 64, draft_dir, 3);
+  EXPECT_EQ(two[0].ids, std::vector<int32_t>(plain.ids.begin(), plain.ids.begin() + 64));
+  EXPECT_EQ(two[1].ids, generate(*e, {prompt_ids(e->info().n_vocab, 10, 9)}, 64, "")[0].ids);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, DraftModel,
+                         ::testing::Values(std::pair<std::string, std::string>{"llama", "perturbed"},
+                                           std::pair<std::string, std::string>{"qwen3", "perturbed"},
+                                           std::pair<std::string, std::string>{"qwen3_5", "perturbed"},
+                                           std::pair<std::string, std::string>{"qwen3_5_moe", "perturbed"},
+                                           std::pair<std::string, std::string>{"qwen3_next", "perturbed"},
+                                           std::pair<std::string, std::string>{"augur-tiny", "tiny-4"}),
+                         [](const auto& info) {
+                           std::string n = info.param.first;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+// Adaptive k: rows ask for fewer drafts where they are rejected (and rest
+// where drafting does not pay); the output stays plain greedy's.
+TEST(AdaptiveK, DraftsLessWhereDraftsFailWithTheSameOutput) {
+  auto e = engine_at(kData + "/qwen3_5");
+  const auto prompt = prompt_ids(e->info().n_vocab, 21, 40);
+  const Outcome plain = generate(*e, {prompt}, 128, "")[0];
+  const Outcome fixed = generate(*e, {prompt}, 128, "ngram", 6)[0];
+  const Outcome adaptive = generate(*e, {prompt}, 128, "ngram", 6, -1, true)[0];
+  print_stats("qwen3_5 ngram k=6 fixed", fixed.drafts);
+  print_stats("qwen3_5 ngram k=6 adaptive", adaptive.drafts);
+  EXPECT_EQ(fixed.ids, plain.ids);
+  EXPECT_EQ(adaptive.ids, plain.ids);
+  EXPECT_LT(adaptive.drafts.drafted, fixed.drafts.drafted);
+}
+
+TEST(MtpHead, LoadedOnlyWhereTheCheckpointHasOne) {
+  EXPECT_EQ(load_model(kData + "/qwen3_5")->mtp(), nullptr);
+  EXPECT_EQ(load_model(kData + "/llama")->mtp(), nullptr);
+  auto tiny = load_model(kTiny);
+  ASSERT_NE(tiny->mtp(), nullptr);
+  EXPECT_TRUE(tiny->mtp()->reads_hidden());
+  EXPECT_EQ(tiny->mtp()->info().kv.n_layer, 1);
+  EXPECT_EQ(tiny->mtp()->info().n_vocab, tiny->info().n_vocab);
+}
+
+TEST(DraftErrors, NameWhatIsWrong) {
+  auto e = engine_at(kData + "/llama");
+  RequestParams p;
+  p.max_tokens = 4;
+  auto message = [&](const std::string& draft) {
+    p.speculation.draft = draft;
+    try {
+      e->submit(Prompt::of_ids({1, 2, 3}), p);
+    } catch (const Error& err) {
+      return std::string(err.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("mtp").find("no MTP head"), std::string::npos) << message("mtp");
+  EXPECT_NE(message("/no/such/dir").find("none of ngram, mtp, replay"), std::string::npos);
+  EXPECT_NE(message(kTiny).find("vocabulary of 8192 tokens"), std::string::npos) << message(kTiny);
+}
+
+}  // namespace
+}  // namespace augur
