@@ -130,7 +130,7 @@ DecodeFigures time_decode(std::unique_ptr<Model>& model, int64_t batch, int64_t 
   for (int64_t s = 0; s < steps; ++s)
     for (const Event& e : engine.step()) tokens += int64_t(e.ids.size());
   synchronize(info.placement.device());
-  DecodeFigures f{batch, context, steps, seconds(t0, Clock::now()), 0, 0, 0, tokens};
+  DecodeFigures f{batch, context, steps, seconds(t0, Clock::now()), 0, 0, 0, tokens, {}};
   for (const auto& [id, k] : made) engine.cancel(id);
   while (!engine.idle())
     for (const Event& e : engine.step())
@@ -321,6 +321,8 @@ Handler add_bench(CLI::App& app) {
                   "Decode speculatively: ngram (prompt lookup), mtp (the checkpoint's MTP head), a draft model's "
                   "directory, or replay (a first run's own continuation: every draft accepted, the upper bound)");
   cmd->add_option("--draft-tokens", a->spec.k, "Most draft tokens a step")->capture_default_str();
+  cmd->add_option("--draft-vocab", a->spec.draft_vocab,
+                  "Draft vocabulary (augur draft-vocab): the draft head scores only these tokens");
   return [a] { return bench(*a); };
 }
 

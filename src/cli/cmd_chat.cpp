@@ -29,6 +29,7 @@ struct ChatArgs {
   int threads = 0;
   std::string draft;  // speculative decoding's draft source (SpeculationParams::draft)
   int32_t draft_tokens = 4;
+  std::string draft_vocab;  // a draft vocabulary file (SpeculationParams::draft_vocab)
 };
 
 int chat(const ChatArgs& a) {
@@ -76,6 +77,7 @@ int chat(const ChatArgs& a) {
     params.session = session;
     params.speculation.draft = a.draft;
     params.speculation.k = a.draft_tokens;
+    params.speculation.draft_vocab = a.draft_vocab;
     std::string reply;
     const Event res = engine.run(engine.submit(prompt, params), [&](const Event& e) {
       reply += e.text;
@@ -114,6 +116,8 @@ Handler add_chat(CLI::App& app) {
                   "Speculative decoding: ngram (prompt lookup), mtp (the checkpoint's MTP head) or a draft model's "
                   "directory; the replies are what plain decoding gives");
   cmd->add_option("--draft-tokens", a->draft_tokens, "Most draft tokens a step")->capture_default_str();
+  cmd->add_option("--draft-vocab", a->draft_vocab,
+                  "Draft vocabulary (augur draft-vocab): the draft head scores only these tokens");
   return [a] { return chat(*a); };
 }
 

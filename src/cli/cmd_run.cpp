@@ -1,5 +1,5 @@
 // augur run MODEL_DIR (--prompt-ids 1,2,3 | -p TEXT | --chat TEXT) [-n N] [sampling]
-//           [--stop S]... [--json] [--logits-out FILE] [--draft ngram|mtp|DIR [--draft-tokens K]]
+//           [--stop S]... [--json] [--logits-out FILE] [--draft ngram|mtp|DIR [--draft-tokens K] [--draft-vocab FILE]]
 #include <cstdio>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -61,6 +61,7 @@ struct RunArgs {
   int64_t prefill_chunk = 512;
   std::string draft;         // speculative decoding's draft source (SpeculationParams::draft)
   int32_t draft_tokens = 4;  // most drafts a step
+  std::string draft_vocab;   // a draft vocabulary file (SpeculationParams::draft_vocab)
 };
 
 int run(const RunArgs& a) {
@@ -116,6 +117,7 @@ int run(const RunArgs& a) {
   params.prompt_logits = !a.logits_out.empty();
   params.speculation.draft = a.draft;
   params.speculation.k = a.draft_tokens;
+  params.speculation.draft_vocab = a.draft_vocab;
   std::string out_text;
   std::vector<int32_t> ids;  // every generated id
   const bool print_text = engine.text() != nullptr && !a.json;
@@ -202,6 +204,8 @@ Handler add_run(CLI::App& app) {
                   "Speculative decoding: ngram (prompt lookup), mtp (the checkpoint's MTP head) or a draft model's "
                   "directory; the output is what plain decoding gives");
   cmd->add_option("--draft-tokens", a->draft_tokens, "Most draft tokens a step")->capture_default_str();
+  cmd->add_option("--draft-vocab", a->draft_vocab,
+                  "Draft vocabulary (augur draft-vocab): the draft head scores only these tokens");
   return [a] { return run(*a); };
 }
 

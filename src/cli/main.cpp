@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   add(augur::cli::add_tokenize);
   add(augur::cli::add_chat);
   add(augur::cli::add_perplexity);
+  add(augur::cli::add_draft_vocab);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

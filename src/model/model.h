@@ -24,7 +24,10 @@ struct ModelInfo {
   std::string architecture;     // e.g. "Qwen3ForCausalLM"
   int64_t n_layer = 0;
   int64_t d_model = 0;
-  int64_t n_vocab = 0;
+  int64_t n_vocab = 0;           // token ids [0, n_vocab)
+  // The token ids of the LM head's rows where it covers only some (a draft
+  // vocabulary: Model::with_head_rows); empty: every token, in order.
+  std::vector<int32_t> head_rows;
   int64_t max_position = 0;     // max_position_embeddings
   int64_t n_params = 0;         // parameters held by the model
   int64_t weight_bytes = 0;     // bytes of those parameters as stored
@@ -32,6 +35,8 @@ struct ModelInfo {
   std::vector<int32_t> eos_ids; // config.json + generation_config.json
   int32_t bos_id = -1;
   Placement placement;          // where weights, activations and the cache live
+  // Logits a token: n_vocab, or the draft vocabulary's size.
+  int64_t n_logits() const { return head_rows.empty() ? n_vocab : int64_t(head_rows.size()); }
   KvSpec kv;
   RecurrentSpec recurrent;      // n_layer 0: no recurrent state
 };
@@ -65,7 +70,7 @@ class Model {
   virtual ~Model() = default;
   const ModelInfo& info() const { return info_; }
   // One forward over a flattened batch, run by `executor` (made for the
-  // model's placement). logits: [sum of rows' n_logits, n_vocab] f32, rows in order,
+  // model's placement). logits: [sum of rows' n_logits, info().n_logits()] f32, rows in order,
   // on the host or the executor's device. ids: the rows' token ids already on
   // the device ([n_tokens] i32: a previous step's samples), the rows' tokens
   // then only counting them; or undefined. taps: records intermediate
@@ -82,6 +87,11 @@ class Model {
   Model* mtp() const { return mtp_.get(); }
   // Whether forward reads HiddenIo::in (a draft head).
   bool reads_hidden() const { return reads_hidden_; }
+  // This model with its LM head cut to the rows of `ids` (a draft
+  // vocabulary: token ids, most frequent first; logits then follow that
+  // order, ModelInfo::head_rows), sharing every other weight with this one,
+  // which must outlive it. Its MTP head, if any, is not carried over.
+  virtual std::unique_ptr<Model> with_head_rows(std::span<const int32_t> ids) const = 0;
 
  protected:
   // Checks the rows against the cache and readies their state (host work

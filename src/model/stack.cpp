@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "backend/device.h"
 #include "core/error.h"
 #include "model/weights.h"
 
@@ -63,6 +64,21 @@ class DecoderStack final : public Model {
       }
     }
     info_.decode_weight_bytes = int64_t(read);
+  }
+
+  std::unique_ptr<Model> with_head_rows(std::span<const int32_t> ids) const override {
+    if (ids.empty()) fail("[draft vocabulary] no token ids");
+    if (!info_.head_rows.empty()) fail("[draft vocabulary] the model's head is already cut");
+    std::vector<int64_t> rows;
+    std::vector<bool> seen(size_t(info_.n_vocab), false);
+    for (int32_t id : ids) {
+      if (id < 0 || id >= info_.n_vocab)
+        fail("[draft vocabulary] token id ", id, " is outside the vocabulary [0, ", info_.n_vocab, ")");
+      if (seen[size_t(id)]) fail("[draft vocabulary] token id ", id, " is listed twice");
+      seen[size_t(id)] = true;
+      rows.push_back(id);
+    }
+    return std::unique_ptr<Model>(new DecoderStack(*this, select_rows(w_.head, rows), ids));
   }
 
  protected:
@@ -160,6 +176,17 @@ class DecoderStack final : public Model {
   }
 
  private:
+  // `other` with its head replaced by `head`, whose rows are the tokens `ids`.
+  DecoderStack(const DecoderStack& other, Tensor head, std::span<const int32_t> ids)
+      : cfg_(other.cfg_), w_(other.w_), shape_(other.shape_), cache_index_(other.cache_index_),
+        inv_freq_(other.inv_freq_) {
+    info_ = other.info_;
+    reads_hidden_ = other.reads_hidden_;
+    info_.decode_weight_bytes += int64_t(head.nbytes()) - int64_t(w_.head.nbytes());
+    w_.head = std::move(head);
+    info_.head_rows.assign(ids.begin(), ids.end());
+  }
+
   StackConfig cfg_;
   StackWeights w_;
   AttentionShape shape_;
@@ -177,9 +204,9 @@ std::unique_ptr<Model> make_stack_model(const StackConfig& cfg, StackWeights wei
 void Model::forward(Executor& executor, std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits,
                     const Tensor& ids, Taps* taps, const HiddenIo& hidden) {
   BatchPlan plan = plan_batch(rows, info_.n_vocab, info_.max_position);
-  if (!logits.defined() || logits.dim(-1) != info_.n_vocab)
+  if (!logits.defined() || logits.dim(-1) != info_.n_logits())
     fail("[forward] logits ", logits.defined() ? logits.shape_str() : std::string("undefined"), " should be [",
-         plan.logit_tokens.size(), ", ", info_.n_vocab, "]");
+         plan.logit_tokens.size(), ", ", info_.n_logits(), "]");
   auto check = [&](const Tensor& t, const char* what) {
     if (t.defined() && (t.ndim() != 2 || t.dim(0) != plan.n_tokens() || t.dim(1) != info_.d_model ||
                         t.dtype() != DType::F32 || t.device() != executor.device()))

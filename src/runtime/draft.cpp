@@ -1,6 +1,9 @@
 #include "runtime/draft.h"
 
 #include <algorithm>
+#include <climits>
+#include <fstream>
+#include <sstream>
 
 #include "backend/ops.h"
 #include "core/error.h"
@@ -42,10 +45,39 @@ int32_t verify_draft(std::span<float> weights, int32_t draft, float u_accept, fl
 }
 
 void validate(const SpeculationParams& p) {
+  if (!p.draft_vocab.empty() && (p.draft.empty() || p.draft == "ngram" || p.draft == "replay"))
+    fail("[speculation] a draft vocabulary needs a draft that scores tokens (mtp or a draft model), not '", p.draft,
+         "'");
   if (p.draft == "replay" && p.replay.empty()) fail("[speculation] the replay draft needs a record");
   if (p.k < 1 || p.k > 16) fail("[speculation] draft tokens must be in [1, 16], got ", p.k);
   if (p.ngram.min_n < 1 || p.ngram.max_n < p.ngram.min_n)
     fail("[speculation] n-gram lengths need 1 <= min (", p.ngram.min_n, ") <= max (", p.ngram.max_n, ")");
+}
+
+std::vector<int32_t> read_draft_vocab(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("[draft vocabulary] cannot read '", path, "'");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  std::string text = buf.str();
+  std::replace(text.begin(), text.end(), ',', ' ');
+  std::istringstream words(text);
+  std::vector<int32_t> ids;
+  std::string w;
+  while (words >> w) {
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(w, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != w.size() || v < 0 || v > INT32_MAX)
+      fail("[draft vocabulary] ", path, ": '", w, "' (entry ", ids.size() + 1, ") is not a token id");
+    ids.push_back(int32_t(v));
+  }
+  if (ids.empty()) fail("[draft vocabulary] ", path, " lists no token ids");
+  return ids;
 }
 
 namespace {

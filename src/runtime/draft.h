@@ -67,6 +67,10 @@ struct SpeculationParams {
   // vocabulary).
   std::string draft;
   int32_t k = 4;        // most draft tokens a step
+  // A draft vocabulary for "mtp" and draft models: a file of token ids, most
+  // frequent first (read_draft_vocab); the head then scores only those
+  // tokens, so a draft step costs less. "": the whole vocabulary.
+  std::string draft_vocab;
   // k follows each row's acceptance (the drafts it kept, plus one, at the
   // last rounds), and a row whose drafts keep failing stops speculating for
   // a while; false: always k.
@@ -114,6 +118,11 @@ class Drafter {
     (void)row, (void)pos0, (void)n, (void)hidden;
   }
 };
+
+// A draft vocabulary file: token ids as decimal integers separated by
+// whitespace or commas (`augur draft-vocab` writes one). Errors name the file
+// and the offending text.
+std::vector<int32_t> read_draft_vocab(const std::string& path);
 
 // The drafter of "ngram" or "replay" (stateless rows over NgramDraft or
 // ReplayDraft; null for other names).

@@ -185,7 +185,7 @@ RequestId Engine::submit(const Prompt& prompt, const RequestParams& params) {
   r->params = params;
   r->prompt = std::move(ids);
   if (!params.speculation.draft.empty()) {
-    r->drafter = &drafter(params.speculation.draft);
+    r->drafter = &drafter(params.speculation.draft, params.speculation.draft_vocab);
     r->k_now = params.speculation.k;
     // Until a plain step has been timed, a new request's first steps are plain
     // (adapt() weighs speculative steps against them).
@@ -404,22 +404,24 @@ void Engine::resolve(Inflight& f, std::vector<Event>& out) {
   if (!roll.empty()) runner_->rollback(roll, keep);
 }
 
-Drafter& Engine::drafter(const std::string& name) {
-  auto it = drafters_.find(name);
+Drafter& Engine::drafter(const std::string& name, const std::string& vocab_file) {
+  const std::string key = name + "\n" + vocab_file;
+  auto it = drafters_.find(key);
   if (it != drafters_.end()) return *it->second;
   std::unique_ptr<Drafter> d = make_lookup_drafter(name);
+  const std::vector<int32_t> vocab = vocab_file.empty() ? std::vector<int32_t>() : read_draft_vocab(vocab_file);
   if (!d && name == "mtp") {
     if (!model_->mtp())
       fail("[speculation] draft 'mtp': this ", info().model_type,
            " checkpoint has no MTP head (no mtp.* tensors, or mtp_num_hidden_layers is 0)");
-    d = make_mtp_drafter(*model_->mtp(), runner_->options());
+    d = make_mtp_drafter(*model_->mtp(), vocab, runner_->options());
   }
   if (!d) {
     if (!std::filesystem::is_directory(name))
       fail("[speculation] draft '", name, "' is none of ngram, mtp, replay or a model directory");
-    d = make_model_drafter(load_model(name, info().placement), info(), runner_->options());
+    d = make_model_drafter(load_model(name, info().placement), info(), vocab, runner_->options());
   }
-  return *(drafters_[name] = std::move(d));
+  return *(drafters_[key] = std::move(d));
 }
 
 int32_t Engine::draft_budget(Live& r, int64_t room) {

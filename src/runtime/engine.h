@@ -154,7 +154,7 @@ class Engine {
   bool can_chain() const;
   void resolve(Inflight& f, std::vector<Event>& out);
   void launch(std::vector<Event>& out);
-  Drafter& drafter(const std::string& name);
+  Drafter& drafter(const std::string& name, const std::string& vocab_file);
   int32_t draft_budget(Live& r, int64_t room);
   void adapt(Live& r, int64_t drafted, int64_t accepted);
 
@@ -162,7 +162,8 @@ class Engine {
   std::optional<TextModel> text_;
   EngineOptions opts_;
   std::unique_ptr<Runner> runner_;
-  // Draft sources by name (RequestParams::speculation.draft), made on first use.
+  // Draft sources by name and draft vocabulary (RequestParams::speculation),
+  // made on first use.
   std::map<std::string, std::unique_ptr<Drafter>> drafters_;
   // Measured seconds of a step without drafts and of one with (propose and
   // verify), moving averages: what a speculative round costs against a plain one.

@@ -10,7 +10,20 @@ namespace augur {
 
 namespace {
 
-int32_t argmax(const float* row, int64_t n) { return int32_t(std::max_element(row, row + n) - row); }
+// The token of a logits row's largest entry (through the head's rows where it
+// is cut to a draft vocabulary).
+int32_t argmax(const float* row, const ModelInfo& info) {
+  const int64_t n = info.n_logits();
+  const auto best = int32_t(std::max_element(row, row + n) - row);
+  return info.head_rows.empty() ? best : info.head_rows[size_t(best)];
+}
+
+// The model drafts run on: `model`, or its head cut to a draft vocabulary.
+Model& cut(Model& model, std::span<const int32_t> vocab, std::unique_ptr<Model>& keep) {
+  if (vocab.empty()) return model;
+  keep = model.with_head_rows(vocab);
+  return *keep;
+}
 
 // A host buffer of rows as a tensor on `device`.
 Tensor placed(const std::vector<float>& rows, int64_t d, Device device) {
@@ -53,7 +66,8 @@ class MtpRow final : public DraftRow {
 
 class MtpDrafter final : public Drafter {
  public:
-  MtpDrafter(Model& head, const RunnerOptions& opts) : runner_(head, opts) {}
+  MtpDrafter(Model& head, std::span<const int32_t> vocab, const RunnerOptions& opts)
+      : runner_(cut(head, vocab, cut_), opts) {}
   const char* schema() const override { return "mtp"; }
   bool reads_hidden() const override { return true; }
   bool keeps_rows() const override { return true; }
@@ -78,7 +92,7 @@ class MtpDrafter final : public Drafter {
                std::span<const int32_t> k, std::vector<std::vector<int32_t>>& drafts) override {
     drafts.assign(rows.size(), {});
     const Model& head = runner_.model();
-    const int64_t d = head.info().d_model, n_vocab = head.info().n_vocab;
+    const int64_t d = head.info().d_model, n_logits = head.info().n_logits();
     const Device device = head.info().placement.device();
     // The first draft: each row's entries for the positions committed since
     // its last round (the target's hidden state at e with token e + 1), the
@@ -118,7 +132,7 @@ class MtpDrafter final : public Drafter {
       for (size_t r = 0; r < live.size(); ++r) {
         end += int64_t(tokens[r].size());
         const size_t i = live[r];
-        drafts[i].push_back(argmax(logits.data<float>() + int64_t(r) * n_vocab, n_vocab));
+        drafts[i].push_back(argmax(logits.data<float>() + int64_t(r) * n_logits, head.info()));
         if (int32_t(drafts[i].size()) >= k[i]) continue;
         next_live.push_back(i);
         next_seqs.push_back(seqs[r]);
@@ -134,6 +148,7 @@ class MtpDrafter final : public Drafter {
   }
 
  private:
+  std::unique_ptr<Model> cut_;  // the head cut to a draft vocabulary, if any
   Runner runner_;
 };
 
@@ -149,8 +164,8 @@ class ModelRow final : public DraftRow {
 
 class ModelDrafter final : public Drafter {
  public:
-  ModelDrafter(std::unique_ptr<Model> model, const RunnerOptions& opts)
-      : model_(std::move(model)), runner_(*model_, opts) {}
+  ModelDrafter(std::unique_ptr<Model> model, std::span<const int32_t> vocab, const RunnerOptions& opts)
+      : model_(std::move(model)), runner_(cut(*model_, vocab, cut_), opts) {}
   const char* schema() const override { return "model"; }
   bool keeps_rows() const override { return true; }
 
@@ -161,7 +176,8 @@ class ModelDrafter final : public Drafter {
   void propose(std::span<DraftRow* const> rows, std::span<const std::span<const int32_t>> history,
                std::span<const int32_t> k, std::vector<std::vector<int32_t>>& drafts) override {
     drafts.assign(rows.size(), {});
-    const int64_t n_vocab = model_->info().n_vocab, chunk = runner_.options().prefill_chunk;
+    const ModelInfo& info = runner_.model().info();
+    const int64_t n_logits = info.n_logits(), chunk = runner_.options().prefill_chunk;
     // Align each row's sequence with its history: keep the longest common
     // prefix (short of the pending token, whose logits are needed), roll
     // back the rest.
@@ -214,7 +230,7 @@ class ModelDrafter final : public Drafter {
         const size_t i = live[r];
         // After the pending token: the state the next round rolls back to.
         if (step == 0 && seqs[r]->state_slot() >= 0) seqs[r]->capture();
-        drafts[i].push_back(argmax(logits.data<float>() + int64_t(r) * n_vocab, n_vocab));
+        drafts[i].push_back(argmax(logits.data<float>() + int64_t(r) * n_logits, info));
         if (int32_t(drafts[i].size()) >= k[i]) continue;
         next_live.push_back(i);
         next_seqs.push_back(seqs[r]);
@@ -228,23 +244,24 @@ class ModelDrafter final : public Drafter {
 
  private:
   std::unique_ptr<Model> model_;
+  std::unique_ptr<Model> cut_;  // model_ with its head cut to a draft vocabulary, if any
   Runner runner_;
 };
 
 }  // namespace
 
-std::unique_ptr<Drafter> make_mtp_drafter(Model& head, const RunnerOptions& opts) {
-  return std::make_unique<MtpDrafter>(head, opts);
+std::unique_ptr<Drafter> make_mtp_drafter(Model& head, std::span<const int32_t> vocab, const RunnerOptions& opts) {
+  return std::make_unique<MtpDrafter>(head, vocab, opts);
 }
 
 std::unique_ptr<Drafter> make_model_drafter(std::unique_ptr<Model> draft, const ModelInfo& target,
-                                            const RunnerOptions& opts) {
+                                            std::span<const int32_t> vocab, const RunnerOptions& opts) {
   if (!draft) fail("[speculation] no draft model");
   if (draft->info().n_vocab != target.n_vocab)
     fail("[speculation] the draft model (", draft->info().model_type, ") has a vocabulary of ",
          draft->info().n_vocab, " tokens, the target (", target.model_type, ") ", target.n_vocab,
          ": a draft model needs the target's vocabulary");
-  return std::make_unique<ModelDrafter>(std::move(draft), opts);
+  return std::make_unique<ModelDrafter>(std::move(draft), vocab, opts);
 }
 
 }  // namespace augur

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 
 #include "model/model.h"
 #include "runtime/draft.h"
@@ -21,12 +22,15 @@
 
 namespace augur {
 
+// vocab: a draft vocabulary (token ids; the head scores only those), or
+// empty for every token.
+
 // head: the target's Model::mtp(), outliving the drafter.
-std::unique_ptr<Drafter> make_mtp_drafter(Model& head, const RunnerOptions& opts);
+std::unique_ptr<Drafter> make_mtp_drafter(Model& head, std::span<const int32_t> vocab, const RunnerOptions& opts);
 
 // An error naming both when the draft model's vocabulary size differs from
 // the target's.
 std::unique_ptr<Drafter> make_model_drafter(std::unique_ptr<Model> draft, const ModelInfo& target,
-                                            const RunnerOptions& opts);
+                                            std::span<const int32_t> vocab, const RunnerOptions& opts);
 
 }  // namespace augur

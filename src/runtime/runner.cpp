@@ -52,7 +52,7 @@ Tensor Runner::run(std::span<Sequence* const> seqs, std::span<const std::span<co
     rows[i].state_slot = seqs[i]->state_slot();
     n_out += n_logits[i];
   }
-  const int64_t n_vocab = model_->info().n_vocab;
+  const int64_t n_vocab = model_->info().n_logits();
   const Device device = model_->info().placement.device();
   Tensor logits;
   if (on == LogitsOn::Device && device != Device::CPU) {
@@ -109,7 +109,7 @@ ops::SampledIds Runner::sample(const Tensor& logits, std::span<const ops::Sample
 
 Tensor Runner::feed(Sequence& seq, std::span<const int32_t> tokens, bool all_logits, LogitsOn on) {
   if (tokens.empty()) fail("[runner] nothing to feed");
-  const int64_t n = int64_t(tokens.size()), n_vocab = model_->info().n_vocab;
+  const int64_t n = int64_t(tokens.size()), n_vocab = model_->info().n_logits();
   Sequence* seqs[] = {&seq};
   if (on == LogitsOn::Device && model_->info().placement.device() != Device::CPU) {
     // The last chunk's logits stay where step() leaves them; all_logits

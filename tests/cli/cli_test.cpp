@@ -229,6 +229,45 @@ TEST(Cli, RunWithNgramDraftsEqualsPlainGreedy) {
   expect_error(run(args + " --temperature 0 --draft ngram --draft-tokens 0"), {"draft tokens"});
 }
 
+// run --draft mtp (augur-tiny's trained head), alone and with a draft
+// vocabulary that draft-vocab derives from a text: plain greedy's ids; and
+// perplexity reports how often the head agrees with the model.
+TEST(Cli, RunWithMtpDraftsAndADraftVocabularyEqualsPlainGreedy) {
+  const nlohmann::json ref = nlohmann::json::parse(std::ifstream(kData + "/augur_tiny/tokenizer_reference.json"));
+  const fs::path corpus = fs::temp_directory_path() / ("augur_corpus_" + std::to_string(::getpid()) + ".txt");
+  const fs::path vocab = fs::temp_directory_path() / ("augur_vocab_" + std::to_string(::getpid()) + ".txt");
+  std::ofstream(corpus, std::ios::binary) << ref["text"].get<std::string>();
+  Result v = run("draft-vocab -f " + corpus.string() + " -n 200 -o " + vocab.string());
+  ASSERT_EQ(v.status, 0) << v.out;
+  std::ifstream in(vocab);
+  int64_t lines = 0;
+  for (std::string line; std::getline(in, line);) ++lines;
+  EXPECT_EQ(lines, 200);
+  const std::string args = "run -p 'It was a cold morning, and' -n 48 --temperature 0 --ignore-eos --json";
+  Result plain = run(args), mtp = run(args + " --draft mtp --draft-tokens 2"),
+         cut = run(args + " --draft mtp --draft-tokens 2 --draft-vocab " + vocab.string());
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  ASSERT_EQ(mtp.status, 0) << mtp.out;
+  ASSERT_EQ(cut.status, 0) << cut.out;
+  const auto p = nlohmann::json::parse(plain.out), m = nlohmann::json::parse(mtp.out),
+             c = nlohmann::json::parse(cut.out);
+  EXPECT_EQ(m["ids"], p["ids"]);
+  EXPECT_EQ(c["ids"], p["ids"]);
+  EXPECT_EQ(m["speculation"]["draft"], "mtp");
+  EXPECT_GT(m["speculation"]["accepted"].get<int64_t>(), 0);
+  EXPECT_GT(c["speculation"]["accepted"].get<int64_t>(), 0);
+  Result ppl = run("perplexity -f " + corpus.string() + " --json");
+  ASSERT_EQ(ppl.status, 0) << ppl.out;
+  const auto j = nlohmann::json::parse(ppl.out);
+  EXPECT_GT(j["mtp"]["rate"].get<double>(), 0.2);
+  EXPECT_EQ(j["mtp"]["positions"], ref["ids"].size() - 2);
+  expect_error(run(args + " --draft ngram --draft-vocab " + vocab.string()), {"draft vocabulary", "ngram"});
+  expect_error(run(args + " --draft mtp --draft-vocab /nonexistent/vocab"), {"/nonexistent/vocab"});
+  expect_error(run("run " + kData + "/llama --prompt-ids 1,2 --draft mtp"), {"no MTP head"});
+  fs::remove(corpus);
+  fs::remove(vocab);
+}
+
 // bench --draft replay: on the CPU every replayed draft is accepted, so each
 // step makes 1 + k tokens a row.
 TEST(Cli, BenchReplayDraftsAreAllAccepted) {

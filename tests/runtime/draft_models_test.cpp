@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "io/io_test_util.h"
 #include "io/safetensors.h"
-#include "io/safetensors_writer.h"
+#include "runtime/draft_fixtures.h"
 #include "runtime/engine.h"
 #include "runtime/perplexity.h"
 
@@ -33,80 +33,6 @@ std::vector<int32_t> prompt_ids(int64_t n_vocab, uint32_t seed, int n) {
   std::vector<int32_t> ids(static_cast<size_t>(n));
   for (auto& t : ids) t = int32_t(rng() % uint32_t(n_vocab));
   return ids;
-}
-
-// The hybrid fixture with an MTP head added: config mtp_num_hidden_layers 1,
-// mtp.layers.0.* a copy of its full-attention layer 3, the three norms a copy
-// of model.norm, and mtp.fc random (seeded).
-void write_with_mtp(const std::string& fixture, const TempDir& tmp) {
-  const std::string src = kData + "/" + fixture;
-  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(src + "/config.json"));
-  ASSERT_EQ(cfg["layer_types"][3], "full_attention");
-  cfg["mtp_num_hidden_layers"] = 1;
-  std::ofstream(tmp.file("config.json")) << cfg.dump(2);
-  auto file = SafetensorsFile::open(src + "/model.safetensors");
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  const std::string layer = "model.layers.3.";
-  for (const auto& info : file->tensors()) {
-    tensors.emplace_back(info.name, file->tensor(info));
-    if (info.name.rfind(layer, 0) == 0)
-      tensors.emplace_back("mtp.layers.0." + info.name.substr(layer.size()), file->tensor(info));
-    if (info.name == "model.norm.weight")
-      for (const char* n : {"mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"})
-        tensors.emplace_back(n, file->tensor(info));
-  }
-  const int64_t d = cfg["hidden_size"];
-  Tensor fc = Tensor::empty(DType::F32, {d, 2 * d});
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  const float a = std::sqrt(3.0f / float(2 * d));
-  for (int64_t i = 0; i < fc.numel(); ++i) fc.data<float>()[i] = a * u(rng);
-  tensors.emplace_back("mtp.fc.weight", fc);
-  write_safetensors(tmp.file("model.safetensors"), tensors);
-}
-
-// The fixture with every matrix of its last layer scaled by 1 + noise
-// (seeded, relative `scale`): another model of its vocabulary that mostly
-// agrees with it.
-void write_perturbed(const std::string& fixture, float scale, const TempDir& tmp) {
-  const std::string src = kData + "/" + fixture;
-  std::filesystem::copy_file(src + "/config.json", tmp.file("config.json"));
-  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(src + "/config.json"));
-  const std::string last = "model.layers." + std::to_string(int64_t(cfg["num_hidden_layers"]) - 1) + ".";
-  auto file = SafetensorsFile::open(src + "/model.safetensors");
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  std::mt19937 rng(3);
-  std::normal_distribution<float> noise(0.0f, scale);
-  for (const auto& info : file->tensors()) {
-    Tensor t = file->tensor(info);
-    if (info.name.rfind(last, 0) == 0 && t.ndim() == 2 && t.dtype() == DType::BF16) {
-      Tensor f = Tensor::empty(DType::F32, {t.dim(0), t.dim(1)});
-      for (int64_t i = 0; i < t.numel(); ++i)
-        f.data<float>()[i] = bf16_to_f32(t.data<uint16_t>()[i]) * (1.0f + noise(rng));
-      t = f;
-    }
-    tensors.emplace_back(info.name, t);
-  }
-  write_safetensors(tmp.file("model.safetensors"), tensors);
-}
-
-// augur-tiny cut to its first `n_layer` layers (same embedding and head): a
-// model of its vocabulary, to draft for it.
-void write_truncated_tiny(int64_t n_layer, const TempDir& tmp) {
-  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(kTiny + "/config.json"));
-  cfg["num_hidden_layers"] = n_layer;
-  cfg["layer_types"] = std::vector<nlohmann::json>(cfg["layer_types"].begin(), cfg["layer_types"].begin() + n_layer);
-  cfg["mtp_num_hidden_layers"] = 0;
-  std::ofstream(tmp.file("config.json")) << cfg.dump(2);
-  auto file = SafetensorsFile::open(kTiny + "/model.safetensors");
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& info : file->tensors()) {
-    const std::string& name = info.name;
-    if (name.rfind("mtp.", 0) == 0) continue;
-    if (name.rfind("model.layers.", 0) == 0 && std::stoll(name.substr(13)) >= n_layer) continue;
-    tensors.emplace_back(name, file->tensor(info));
-  }
-  write_safetensors(tmp.file("model.safetensors"), tensors);
 }
 
 struct Outcome {
@@ -271,6 +197,44 @@ TEST(AdaptiveK, DraftsLessWhereDraftsFailWithTheSameOutput) {
   EXPECT_EQ(fixed.ids, plain.ids);
   EXPECT_EQ(adaptive.ids, plain.ids);
   EXPECT_LT(adaptive.drafts.drafted, fixed.drafts.drafted);
+}
+
+// A draft vocabulary: the head scores only the listed tokens (in the file's
+// order), the drafts are mapped back to token ids, and the output is still
+// plain greedy's.
+TEST(DraftVocabulary, TheCutHeadScoresItsTokensAndTheOutputStaysExact) {
+  auto e = engine_at(kTiny);
+  std::vector<int32_t> ids;
+  for (int32_t t = 8191; t >= 0; t -= 3) ids.push_back(t);  // ~2,700 tokens, in descending order
+  auto cut = e->model().mtp()->with_head_rows(ids);
+  EXPECT_EQ(cut->info().n_logits(), int64_t(ids.size()));
+  EXPECT_EQ(cut->info().head_rows, ids);
+  EXPECT_EQ(cut->info().n_vocab, 8192);
+  TempDir tmp;
+  {
+    std::ofstream f(tmp.file("vocab.txt"));
+    for (int32_t t : ids) f << t << ",\n";
+  }
+  EXPECT_EQ(read_draft_vocab(tmp.file("vocab.txt")), ids);
+  const auto prompt = prompt_ids(8192, 3, 12);
+  const Outcome plain = generate(*e, {prompt}, 96, "")[0];
+  RequestParams p;
+  p.ignore_eos = true;
+  p.max_tokens = 96;
+  p.speculation.draft = "mtp";
+  p.speculation.k = 2;
+  p.speculation.adaptive = false;
+  p.speculation.draft_vocab = tmp.file("vocab.txt");
+  std::vector<int32_t> out;
+  const Event fin = e->run(e->submit(Prompt::of_ids(prompt), p),
+                           [&](const Event& ev) { out.insert(out.end(), ev.ids.begin(), ev.ids.end()); });
+  EXPECT_EQ(out, plain.ids);
+  print_stats("augur-tiny mtp, a third of the vocabulary", fin.drafts);
+  EXPECT_GT(fin.drafts.rounds, 0);
+  std::ofstream(tmp.file("bad.txt")) << "1 2 x3";
+  EXPECT_THROW(read_draft_vocab(tmp.file("bad.txt")), Error);
+  EXPECT_THROW(e->model().mtp()->with_head_rows(std::vector<int32_t>{1, 2, 1}), Error);
+  EXPECT_THROW(e->model().mtp()->with_head_rows(std::vector<int32_t>{8192}), Error);
 }
 
 TEST(MtpHead, LoadedOnlyWhereTheCheckpointHasOne) {
