@@ -245,12 +245,18 @@ TEST_P(Speculative, PenaltiesLogprobsAndSessionsAsPlain) {
       });
       p.insert(p.end(), ids.end() - 40, ids.end());
       p.push_back(3);
-      if (turn == 1) EXPECT_GT(fin.usage.cached_tokens, 0);
+      if (turn == 1) {
+        EXPECT_GT(fin.usage.cached_tokens, 0);
+      }
       rounds += fin.drafts.rounds;
     }
     e->close_session(session);
-    if (draft == "replay") EXPECT_GT(rounds, 0);  // (prompt lookup may find nothing to propose)
-    if (draft.empty()) EXPECT_EQ(rounds, 0);
+    if (draft == "replay") {
+      EXPECT_GT(rounds, 0);  // (prompt lookup may find nothing to propose)
+    }
+    if (draft.empty()) {
+      EXPECT_EQ(rounds, 0);
+    }
     return std::make_pair(ids, finals);
   };
   const auto [plain_ids, plain_lp] = turns("");
@@ -319,7 +325,9 @@ TEST(VerifyDraft, OutputFollowsTheTargetDistribution) {
       ++broken[size_t(keep ? draft : ops::sample_pick(w, ud))];
     }
     EXPECT_LT(chi_square(good, p, n), 16.3) << "draft " << draft;
-    if (w[size_t(draft)] > 0) EXPECT_GT(chi_square(broken, p, n), 100.0) << "draft " << draft;
+    if (w[size_t(draft)] > 0) {
+      EXPECT_GT(chi_square(broken, p, n), 100.0) << "draft " << draft;
+    }
   }
 }
 
