@@ -38,11 +38,16 @@ int64_t context_bucket(const BatchPlan& plan, const KvCache& kv) {
   return std::min(bucket, kv.n_blocks() * kv.block_size());
 }
 
-bool is_decode_step(const BatchPlan& plan) {
-  if (plan.logit_tokens.size() != plan.rows.size()) return false;
+// The tokens a row of a recordable step: a decode step (one token a row) or
+// a uniform verify (1 + k tokens every row, every token's logits), which
+// launch the same work whatever the rows' positions; 0 for other steps.
+int64_t recorded_tokens(const BatchPlan& plan) {
+  if (plan.rows.empty()) return 0;
+  const int64_t m = plan.rows[0].n_tokens;
+  if (m < 1 || m > kMaxRecordedTokens || int64_t(plan.logit_tokens.size()) != m * int64_t(plan.rows.size())) return 0;
   for (const auto& r : plan.rows)
-    if (r.n_tokens != 1) return false;
-  return true;
+    if (r.n_tokens != m) return 0;
+  return m;
 }
 
 // ids on the host replace the plan's tokens (checked against the vocabulary);
@@ -83,14 +88,15 @@ void Executor::run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, con
   const int64_t ctx = context_bucket(plan, kv);
   // Logits asked for on the device are written in place.
   const bool direct = logits.device() == device_ && logits.is_contiguous();
-  if (!graphs_ || eager || !is_decode_step(plan)) {
+  const int64_t m = recorded_tokens(plan);
+  if (!graphs_ || eager || m == 0) {
     upload(plan, device_, kv, ctx, ids);
     Tensor out = direct ? logits : scratch_.get("logits", {n_out, n_vocab});
     body(plan, scratch_, out);
     if (!direct) copy_tensor(out, logits);
     return;
   }
-  auto& step = steps_[{kv.id(), int64_t(plan.rows.size()), ctx}];
+  auto& step = steps_[{kv.id(), int64_t(plan.rows.size()), m, ctx}];
   const void* logits_at = direct ? logits.raw() : nullptr;
   const void* ids_at = ids.defined() ? ids.raw() : nullptr;
   if (!step || step->logits_at != logits_at || step->ids_at != ids_at) {

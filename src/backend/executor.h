@@ -59,6 +59,9 @@ class Taps {
   std::map<std::string, Tensor> tensors_;
 };
 
+// The most tokens a row of a recorded step (a verify of 1 + 7 drafts).
+inline constexpr int64_t kMaxRecordedTokens = 8;
+
 class Executor {
  public:
   // The ops of a forward: reads plan (its view() and tokens), writes the
@@ -75,9 +78,11 @@ class Executor {
   // ids already on this device ([n_tokens] i32: a previous step's samples),
   // or undefined (plan.tokens holds them). eager: never record (a body with
   // host work of its own per step, such as taps).
-  // Pure decode steps (every row one token, one logit) are recorded once per
-  // (cache, rows, context bucket) with their own scratch, so their addresses
-  // never move, and replayed with the new layout.
+  // Decode steps (every row one token, one logit) and uniform verify steps
+  // (every row the same 1 + k tokens, up to kMaxRecordedTokens, each token's
+  // logits) are recorded once per (cache, rows, tokens a row, context
+  // bucket) with their own scratch, so their addresses never move, and
+  // replayed with the new layout.
   void run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, const Tensor& ids, const Body& body,
            bool eager = false);
 
@@ -95,7 +100,7 @@ class Executor {
   Device device_;
   bool graphs_;
   Scratch scratch_;  // forwards that are not recorded
-  std::map<std::tuple<uint64_t, int64_t, int64_t>, std::unique_ptr<Step>> steps_;
+  std::map<std::tuple<uint64_t, int64_t, int64_t, int64_t>, std::unique_ptr<Step>> steps_;
 };
 
 }  // namespace augur

@@ -40,6 +40,10 @@ struct Block {
 //   x = fc_embed · norm_embed(embed(token)) + fc_hidden · norm_hidden(hidden)
 // where hidden is the target's final hidden state (HiddenIo::in); the
 // checkpoint's fc over the concatenation [embedding | hidden] split in two.
+// Qwen3.5 / Qwen3-Next name them pre_fc_norm_embedding, pre_fc_norm_hidden
+// and fc; DeepSeek-V3 / GLM heads name the same parts enorm, hnorm and
+// eh_proj, and their shared_head (norm, head) is this stack's final norm and
+// head.
 struct HeadInput {
   Tensor norm_embed, norm_hidden;  // [d_model] f32
   Tensor fc_embed, fc_hidden;      // [d_model, d_model]
