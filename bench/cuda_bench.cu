@@ -448,7 +448,7 @@ int main(int argc, char** argv) {
       for (int64_t M : {1, 2, 4, 8, 16}) {
         if (quick && M != 1) continue;
         const int auto_s =
-            M <= augur::cuda::detail::kSkinnyDispatchM ? augur::cuda::detail::skinny_splits(M, sh.K, sh.N) : 0;
+            M <= augur::cuda::detail::kSkinnyMaxM ? augur::cuda::detail::skinny_splits(M, sh.K, sh.N) : 0;
         const double ms = skinny_ms(sh, M, Path::Dispatch, 0, w.p, copies, x.p, xb.p, y.p);
         row(M, auto_s > 0 ? std::to_string(auto_s).c_str() : "-", ms, "");
         if (M == 1) {
@@ -470,8 +470,8 @@ int main(int argc, char** argv) {
               row(M, std::to_string(sp).c_str(), skinny_ms(sh, M, Path::Skinny, sp, w.p, copies, x.p, xb.p, y.p),
                   "   (split sweep)");
         }
-        if (!quick && (M == 1 || M == 4)) {
-          if (M <= augur::cuda::detail::kSkinnyDispatchM)
+        if (!quick && (M == 1 || M == 4 || M == 8)) {
+          if (M <= augur::cuda::detail::kSkinnyMaxM)
             row(M, "-", skinny_ms(sh, M, Path::Lt, 0, w.p, copies, x.p, xb.p, y.p),
                 "   (cuBLASLt on bf16 x, for comparison)");
           else

@@ -103,6 +103,7 @@ struct DeviceBatch {
   int32_t max_blocks = 0;
   int32_t max_context = 0;     // bound on position + 1 that sizes attention grids
   int32_t max_row_tokens = 0;  // 1: a pure decode batch
+  int32_t n_rows = 0;          // rows (sequences) of the batch
   // [n_rows] RecurrentRow {token_begin, n_tokens, state_slot}: the rows as
   // the recurrent ops take them, refilled with the rest, so that replayed
   // decode graphs of hybrid models follow the rows' slots.

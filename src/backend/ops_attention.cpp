@@ -30,6 +30,7 @@ cuda::AttnMeta attn_meta(const char* op, const BatchView& b, int64_t n_tokens) {
   m.n_tokens = int32_t(n_tokens);
   m.max_context = d.max_context;
   m.max_row_tokens = d.max_row_tokens;
+  m.n_rows = d.n_rows;
   return m;
 }
 
@@ -46,6 +47,7 @@ DeviceBatch upload_batch(Device d, std::span<const int32_t> tokens, std::span<co
   for (const auto& r : rows) b.max_row_tokens = std::max(b.max_row_tokens, r.n_tokens);
   b.max_blocks = int32_t(max_blocks);
   b.max_context = int32_t(max_context);
+  b.n_rows = int32_t(rows.size());
   // One device buffer holds the five arrays back to back, so that a step
   // refills them with one copy.
   const int64_t n_rows = int64_t(rows.size());

@@ -62,24 +62,28 @@ Tensor gated_deltanet_mix(const Tensor& x, const GatedDeltaNetWeights& w, const 
   ops::slice_cols(conv, 0, q.reshape({T, Hk * dk}));
   ops::slice_cols(conv, s.key_dim(), k.reshape({T, Hk * dk}));
   ops::slice_cols(conv, 2 * s.key_dim(), v.reshape({T, H * dv}));
-  // use_qk_l2norm_in_kernel: l2norm with eps 1e-6 on every q and k head.
-  ops::l2norm(q.reshape({T * Hk, dk}), 1e-6f, q.reshape({T * Hk, dk}));
-  ops::l2norm(k.reshape({T * Hk, dk}), 1e-6f, k.reshape({T * Hk, dk}));
-
-  // g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b)
-  Tensor g = scratch.get("gdn.g", {T, H});
-  Tensor beta = scratch.get("gdn.beta", {T, H});
-  ops::delta_rule_gates(a, b, w.a_log, w.dt_bias, g, beta);
-
-  // The delta rule, each row in the form its length asks for.
+  // The delta rule, each row in the form its length asks for. Short rows
+  // (verify windows, short chunks) take the decode step's op, which folds
+  // the q/k l2 norms and the gates into the recurrence: a token's result is
+  // then bit-equal to what a one-token step gives it (a verify of drafts
+  // agrees with plain decoding on every device).
   std::vector<ops::RecurrentRow> short_rows, long_rows;
   for (const auto& r : rows) (r.n_tokens <= kRecurrentFormMaxTokens ? short_rows : long_rows).push_back(r);
   Tensor core = scratch.get("gdn.core", {T, H, dv});
   const float scale = 1.0f / std::sqrt(float(dk));
   if (!short_rows.empty())
-    ops::gated_delta_rule_recurrent(q, k, v, g, beta, scale, short_rows, state.state, core, layout);
-  if (!long_rows.empty())
+    ops::gated_delta_rule_step(q, k, v, a, b, w.a_log, w.dt_bias, 1e-6f, scale, short_rows, state.state, core,
+                               layout);
+  if (!long_rows.empty()) {
+    // use_qk_l2norm_in_kernel: l2norm with eps 1e-6 on every q and k head;
+    // g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b).
+    ops::l2norm(q.reshape({T * Hk, dk}), 1e-6f, q.reshape({T * Hk, dk}));
+    ops::l2norm(k.reshape({T * Hk, dk}), 1e-6f, k.reshape({T * Hk, dk}));
+    Tensor g = scratch.get("gdn.g", {T, H});
+    Tensor beta = scratch.get("gdn.beta", {T, H});
+    ops::delta_rule_gates(a, b, w.a_log, w.dt_bias, g, beta);
     ops::gated_delta_rule_chunked(q, k, v, g, beta, scale, kDeltaRuleChunk, long_rows, state.state, core, layout);
+  }
 
   // Gated RMSNorm per value head (out_proj follows in the caller).
   ops::gated_rms_norm(core.reshape({T * H, dv}), z, w.norm, s.norm_eps, core.reshape({T * H, dv}));

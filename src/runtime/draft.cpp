@@ -80,6 +80,16 @@ std::vector<int32_t> read_draft_vocab(const std::string& path) {
   return ids;
 }
 
+void DraftRow::restore(const DraftState& state, int64_t covers) {
+  if (state.empty()) fail("[speculation] restoring a ", schema(), " draft row from an empty draft state");
+  if (state.schema() != schema())
+    fail("[speculation] a ", state.schema(), " draft state cannot be restored into a ", schema(), " draft row");
+  if (state.covers() != covers)
+    fail("[speculation] the ", schema(), " draft state covers ", state.covers(),
+         " tokens but is restored beside a sequence of ", covers);
+  load(state.payload());
+}
+
 namespace {
 
 // A row of a lookup drafter: its proposer, which keeps nothing between steps.

@@ -81,6 +81,26 @@ struct SpeculationParams {
 // Throws augur::Error naming the field when a parameter is out of range.
 void validate(const SpeculationParams& p);
 
+// A row's drafting state as a value, captured beside its target sequence's
+// (SequenceSnapshot): tagged with the source's schema and the number of
+// target tokens it covers. Copies share the (immutable) captured state.
+class DraftState {
+ public:
+  DraftState() = default;
+  DraftState(std::string schema, int64_t covers, std::shared_ptr<const void> payload)
+      : schema_(std::move(schema)), covers_(covers), payload_(std::move(payload)) {}
+  bool empty() const { return schema_.empty(); }
+  const std::string& schema() const { return schema_; }
+  int64_t covers() const { return covers_; }
+  // The source's own record (null for sources that keep nothing).
+  const void* payload() const { return payload_.get(); }
+
+ private:
+  std::string schema_;
+  int64_t covers_ = 0;
+  std::shared_ptr<const void> payload_;
+};
+
 // One request's drafting state, made by its Drafter. A session keeps it
 // between requests, tagged with the drafter's schema: a later request of the
 // same drafter reuses it (rewound to the tokens the session keeps), another
@@ -92,6 +112,16 @@ class DraftRow {
   // The target's sequence is cut back to its first `keep` tokens (a
   // session's next request): forget what followed them.
   virtual void rewind(int64_t keep) = 0;
+  // The row's state while its target sequence holds `covers` tokens.
+  DraftState capture(int64_t covers) const { return DraftState(schema(), covers, save()); }
+  // Back to a captured state, beside a target sequence of `covers` tokens.
+  // A state of another source, or one that covers another number of tokens
+  // than the sequence it is restored with, is an augur::Error naming both.
+  void restore(const DraftState& state, int64_t covers);
+
+ protected:
+  virtual std::shared_ptr<const void> save() const { return nullptr; }
+  virtual void load(const void* payload) { (void)payload; }
 };
 
 // A draft source over a group of rows: the rows that decode in one step draft

@@ -64,6 +64,7 @@ struct Engine::Session {
   // The draft state of its last request's source (Drafter::keeps_rows), in
   // step with seq.
   Drafter* drafter = nullptr;
+  SpeculationParams draft_params;  // of the request that opened it
   std::unique_ptr<DraftRow> draft;
 };
 
@@ -162,10 +163,50 @@ int64_t Engine::open_session() {
 }
 
 void Engine::close_session(int64_t session) {
+  idle_session(session);
+  sessions_.erase(session);
+}
+
+Engine::Session& Engine::idle_session(int64_t session) {
   auto it = sessions_.find(session);
   if (it == sessions_.end()) fail("[engine] no session ", session);
   if (it->second->busy) fail("[engine] session ", session, " has a request in flight");
-  sessions_.erase(it);
+  return *it->second;
+}
+
+Engine::SessionCheckpoint Engine::checkpoint(int64_t session) {
+  Session& s = idle_session(session);
+  if (!s.seq) s.seq = runner_->new_sequence();
+  SessionCheckpoint c;
+  c.seq = s.seq->capture();
+  if (s.draft) {
+    c.drafter = s.drafter;
+    c.draft_params = s.draft_params;
+    c.draft = s.draft->capture(s.seq->length());
+  }
+  return c;
+}
+
+void Engine::restore(int64_t session, const SessionCheckpoint& c) {
+  Session& s = idle_session(session);
+  if (c.drafter != nullptr) {
+    bool ours = false;
+    for (const auto& [name, d] : drafters_) ours = ours || d.get() == c.drafter;
+    if (!ours) fail("[engine] the checkpoint's draft source is not this engine's");
+  }
+  if (!s.seq) s.seq = runner_->new_sequence();
+  s.seq->restore(c.seq);
+  if (c.drafter == nullptr) {
+    s.drafter = nullptr;
+    s.draft.reset();
+    return;
+  }
+  if (s.drafter != c.drafter || !s.draft) {
+    s.draft = c.drafter->open(c.draft_params);
+    s.drafter = c.drafter;
+    s.draft_params = c.draft_params;
+  }
+  s.draft->restore(c.draft, s.seq->length());
 }
 
 RequestId Engine::submit(const Prompt& prompt, const RequestParams& params) {
@@ -232,6 +273,7 @@ RequestId Engine::submit(const Prompt& prompt, const RequestParams& params) {
       else
         s.draft = r->drafter->open(params.speculation);
       s.drafter = r->drafter;
+      s.draft_params = params.speculation;
       r->draft = s.draft.get();
     }
   } else {
@@ -390,15 +432,20 @@ void Engine::resolve(Inflight& f, std::vector<Event>& out) {
     r.stats.accepted += j;
     r.stats.full_rounds += j == m;
     adapt(r, m, j);
-    commit(1 + j);
-    for (size_t t = 0; t < emit.size() && !r.done; ++t) {  // token t was decided by logit row at + t
-      r.pending = emit[t];
-      accept(r, r.pending, f.host_logits.defined() ? f.host_logits.data<float>() + int64_t(at + t) * n_vocab : nullptr,
-             out);
+    size_t emitted = 0;
+    for (; emitted < emit.size() && !r.done; ++emitted) {  // token t was decided by logit row at + t
+      r.pending = emit[emitted];
+      accept(r, r.pending,
+             f.host_logits.defined() ? f.host_logits.data<float>() + int64_t(at + emitted) * n_vocab : nullptr, out);
     }
-    if (!r.done && j < m) {  // the fed drafts after the first rejected one leave the sequence
+    // The sequence keeps the fed tokens whose successors were emitted (the
+    // pending token and the drafts kept, or fewer where the request stopped
+    // among them), so that a session's next turn continues from exactly
+    // what it output (a finished request without a session frees it instead).
+    commit(int64_t(emitted));
+    if (int64_t(emitted) < 1 + m && (!r.done || r.session)) {
       roll.push_back(r.seq);
-      keep.push_back(r.seq->length() - (m - j));
+      keep.push_back(r.seq->length() - (1 + m) + int64_t(emitted));
     }
   }
   if (!roll.empty()) runner_->rollback(roll, keep);

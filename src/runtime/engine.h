@@ -137,6 +137,18 @@ class Engine {
   // A session: its sequence outlives each request (see RequestParams::session).
   int64_t open_session();
   void close_session(int64_t session);
+  // A session's state as a value: its sequence (KV blocks, shared until
+  // written, and recurrent state) and its draft source's row. restore() puts
+  // it back into any session of this engine (a branch of a conversation, a
+  // turn undone); the session's next request then feeds only what follows.
+  struct SessionCheckpoint {
+    SequenceSnapshot seq;
+    Drafter* drafter = nullptr;  // the source of `draft` (null: none)
+    SpeculationParams draft_params;
+    DraftState draft;
+  };
+  SessionCheckpoint checkpoint(int64_t session);
+  void restore(int64_t session, const SessionCheckpoint& c);
 
   bool idle() const;
   // One forward over every live request; returns the events it settled.
@@ -149,6 +161,7 @@ class Engine {
   struct Live;
   struct Session;
   struct Inflight;
+  Session& idle_session(int64_t session);
   void finish(Live& r, FinishReason why, std::vector<Event>& out);
   void accept(Live& r, int32_t token, const float* logits_row, std::vector<Event>& out);
   bool can_chain() const;

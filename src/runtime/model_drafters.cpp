@@ -50,6 +50,19 @@ class MtpRow final : public DraftRow {
   }
   // Target positions whose hidden states this row has been given.
   int64_t committed() const { return base + n_valid + int64_t(pending.size()) / d; }
+  struct Saved {
+    SequenceSnapshot seq;
+    int64_t base, n_valid;
+    std::vector<float> pending;
+  };
+  std::shared_ptr<const void> save() const override {
+    return std::make_shared<const Saved>(Saved{seq->capture(), base, n_valid, pending});
+  }
+  void load(const void* payload) override {
+    const auto& s = *static_cast<const Saved*>(payload);
+    seq->restore(s.seq);
+    base = s.base, n_valid = s.n_valid, pending = s.pending;
+  }
   void reset() {
     seq->truncate(0);
     base = -1;
@@ -159,6 +172,8 @@ class ModelRow final : public DraftRow {
   explicit ModelRow(std::unique_ptr<Sequence> seq) : seq(std::move(seq)) {}
   const char* schema() const override { return "model"; }
   void rewind(int64_t) override {}  // propose() aligns by common prefix
+  std::shared_ptr<const void> save() const override { return std::make_shared<const SequenceSnapshot>(seq->capture()); }
+  void load(const void* payload) override { seq->restore(*static_cast<const SequenceSnapshot*>(payload)); }
   std::unique_ptr<Sequence> seq;
 };
 

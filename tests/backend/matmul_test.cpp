@@ -222,27 +222,27 @@ TEST(Matmul, DispatchUsesASupportedPath) {
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
 }
 
-// The f16-input experiment (detail::round_inputs_to_f16): M > 2 multiplies x
-// rounded to f16 (saturated at ±65504), M <= 2 multiplies x as it is.
+// The f16-input experiment (detail::round_inputs_to_f16): M > 8 multiplies x
+// rounded to f16 (saturated at ±65504), M <= 8 multiplies x as it is.
 TEST(Matmul, RoundInputsToF16Experiment) {
   ThreadPool pool(2);
   const Weights w = make_weights(DType::BF16, 40, 70, 2);
-  std::vector<float> x = make_x(3, 70, 72, 4);  // row stride 72 (NaN padding)
+  std::vector<float> x = make_x(9, 70, 72, 4);  // row stride 72 (NaN padding)
   x[5] = 1e6f;                                   // beyond f16: saturates
-  std::vector<float> rounded(3 * 70);
-  for (int64_t m = 0; m < 3; ++m)
+  std::vector<float> rounded(9 * 70);
+  for (int64_t m = 0; m < 9; ++m)
     for (int64_t k = 0; k < 70; ++k)
       rounded[size_t(m * 70 + k)] = f16_to_f32(f32_to_f16(std::clamp(x[size_t(m * 72 + k)], -65504.f, 65504.f)));
-  std::vector<float> got(120), want(120), exact(120), got2(80);
+  std::vector<float> got(360), want(360), exact(360), got2(320);
   detail::round_inputs_to_f16() = true;
-  matmul(x.data(), 3, 70, 72, w.data(), w.dtype, 40, got.data(), 40, pool);
-  matmul(x.data(), 2, 70, 72, w.data(), w.dtype, 40, got2.data(), 40, pool);
+  matmul(x.data(), 9, 70, 72, w.data(), w.dtype, 40, got.data(), 40, pool);
+  matmul(x.data(), 8, 70, 72, w.data(), w.dtype, 40, got2.data(), 40, pool);
   detail::round_inputs_to_f16() = false;
-  matmul(rounded.data(), 3, 70, 70, w.data(), w.dtype, 40, want.data(), 40, pool);
-  matmul(x.data(), 3, 70, 72, w.data(), w.dtype, 40, exact.data(), 40, pool);
+  matmul(rounded.data(), 9, 70, 70, w.data(), w.dtype, 40, want.data(), 40, pool);
+  matmul(x.data(), 9, 70, 72, w.data(), w.dtype, 40, exact.data(), 40, pool);
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
   EXPECT_NE(std::memcmp(got.data(), exact.data(), got.size() * 4), 0);
-  EXPECT_EQ(std::memcmp(got2.data(), exact.data(), got2.size() * 4), 0);  // M = 2: x as it is
+  EXPECT_EQ(std::memcmp(got2.data(), exact.data(), got2.size() * 4), 0);  // M = 8: x as it is
 }
 
 }  // namespace

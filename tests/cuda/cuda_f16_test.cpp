@@ -61,7 +61,7 @@ TEST_F(CudaF16, MatmulSkinnyAndTensorCore) {
       dy.poison();
       matmul_half(dx.get(), M, K, K, dw.get(), Half::F16, N, dy.get(), N, stream());
       const std::vector<float> got = dy.download();
-      const double tol = M <= detail::kSkinnyDispatchM ? 1e-5 : 2e-3;
+      const double tol = M <= detail::kSkinnyMaxM ? 1e-5 : 2e-3;
       for (int64_t m = 0; m < M; ++m)
         for (int64_t n = 0; n < N; ++n) {
           double scale = 0;
@@ -306,7 +306,8 @@ TEST_F(CudaF16, BlockTailEqualsUnfusedOps) {
       if (HasFailure()) break;
     }
   }
-  EXPECT_FALSE(block_tail_fits(3, 256, 256, 256));        // batches past 2 rows stay unfused
+  EXPECT_TRUE(block_tail_fits(8, 256, 256, 256));         // verify steps of up to 8 rows are fused
+  EXPECT_FALSE(block_tail_fits(9, 256, 256, 256));        // batches past 8 rows stay unfused
   EXPECT_FALSE(block_tail_fits(1, 100, 256, 256));        // rows not in 16-byte runs
   EXPECT_FALSE(block_tail_fits(1, 256, 256, 1 << 20));    // a SwiGLU wider than the stream GEMV takes
   EXPECT_TRUE(block_tail_fits(1, 256, 256, 256, 6));      // a GEMV takes any row count

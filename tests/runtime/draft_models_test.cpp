@@ -38,6 +38,7 @@ std::vector<int32_t> prompt_ids(int64_t n_vocab, uint32_t seed, int n) {
 struct Outcome {
   std::vector<int32_t> ids;
   DraftStats drafts;
+  int64_t cached = 0;  // prompt tokens the session held
 };
 
 // Speculation with a fixed k (adaptive k and resting rows would draft less:
@@ -58,7 +59,7 @@ std::vector<Outcome> generate(Engine& e, const std::vector<std::vector<int32_t>>
     for (Event& ev : e.step()) {
       auto& o = got[ev.id];
       o.ids.insert(o.ids.end(), ev.ids.begin(), ev.ids.end());
-      if (ev.done) o.drafts = ev.drafts;
+      if (ev.done) o.drafts = ev.drafts, o.cached = ev.usage.cached_tokens;
     }
   std::vector<Outcome> out;
   for (RequestId id : ids) out.push_back(got[id]);
@@ -127,6 +128,45 @@ TEST_P(Mtp, BatchAndSessionsEqualEachAlone) {
   EXPECT_EQ(second.ids, generate(*e, {history}, 30, "")[0].ids);
   EXPECT_GT(second.drafts.rounds, 0);
   e->close_session(s);
+}
+
+std::vector<int32_t> joined(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// A session's checkpoint holds its sequence and its MTP row: restored (into
+// the same session after it moved on, or into another), the next turn
+// drafts and outputs exactly what it did straight after the checkpoint, and
+// prefills only its new tokens.
+TEST_P(Mtp, SessionCheckpointsRestoreTheSequenceAndTheDraftState) {
+  TempDir tmp;
+  auto e = engine_at(hybrid_with_mtp(GetParam(), tmp), 4);
+  const int64_t s = e->open_session();
+  std::vector<int32_t> history = prompt_ids(e->info().n_vocab, 60, 12);
+  history = joined(history, generate(*e, {history}, 30, "mtp", 3, s)[0].ids);
+  const Engine::SessionCheckpoint c = e->checkpoint(s);
+  EXPECT_EQ(c.draft.schema(), "mtp");
+  EXPECT_EQ(c.draft.covers(), c.seq.length());
+  EXPECT_EQ(c.seq.length(), int64_t(history.size()) - 1);  // the last sampled token is not fed yet
+  const std::vector<int32_t> turn = joined(history, {7});
+  const Outcome straight = generate(*e, {turn}, 30, "mtp", 3, s)[0];
+  EXPECT_EQ(straight.ids, generate(*e, {turn}, 30, "")[0].ids);
+  EXPECT_EQ(straight.cached, c.seq.length());
+  generate(*e, {joined(history, {9, 10})}, 20, "mtp", 3, s);  // the session moves on
+  e->restore(s, c);
+  const Outcome again = generate(*e, {turn}, 30, "mtp", 3, s)[0];
+  EXPECT_EQ(again.ids, straight.ids);
+  EXPECT_EQ(again.cached, straight.cached);
+  EXPECT_EQ(again.drafts.drafted, straight.drafts.drafted);
+  EXPECT_EQ(again.drafts.accepted, straight.drafts.accepted);
+  const int64_t s2 = e->open_session();
+  e->restore(s2, c);
+  const Outcome branch = generate(*e, {turn}, 30, "mtp", 3, s2)[0];
+  EXPECT_EQ(branch.ids, straight.ids);
+  EXPECT_EQ(branch.drafts.accepted, straight.drafts.accepted);
+  e->close_session(s);
+  e->close_session(s2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Hybrids, Mtp, ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_next", "augur-tiny"),
@@ -245,6 +285,52 @@ TEST(MtpHead, LoadedOnlyWhereTheCheckpointHasOne) {
   EXPECT_TRUE(tiny->mtp()->reads_hidden());
   EXPECT_EQ(tiny->mtp()->info().kv.n_layer, 1);
   EXPECT_EQ(tiny->mtp()->info().n_vocab, tiny->info().n_vocab);
+}
+
+// Draft states are tagged with their source and the tokens they cover; a
+// draft model's checkpoint (recurrent state and all) restores its row.
+TEST(DraftState, ASourceOrLengthMismatchIsAnError) {
+  TempDir tmp;
+  const std::string dir = hybrid_with_mtp("qwen3_5", tmp);
+  auto e = engine_at(dir, 4);
+  const int64_t s = e->open_session();
+  std::vector<int32_t> history = prompt_ids(e->info().n_vocab, 61, 10);
+  history = joined(history, generate(*e, {history}, 20, dir, 3, s)[0].ids);  // drafted by itself
+  const Engine::SessionCheckpoint c = e->checkpoint(s);
+  ASSERT_EQ(c.draft.schema(), "model");
+  const std::vector<int32_t> turn = joined(history, {5});
+  const Outcome straight = generate(*e, {turn}, 20, dir, 3, s)[0];
+  e->restore(s, c);
+  const Outcome again = generate(*e, {turn}, 20, dir, 3, s)[0];
+  EXPECT_EQ(again.ids, straight.ids);
+  EXPECT_EQ(again.drafts.drafted, straight.drafts.drafted);
+
+  const int64_t m = e->open_session();
+  generate(*e, {history}, 4, "mtp", 2, m);
+  const Engine::SessionCheckpoint mc = e->checkpoint(m);
+  ASSERT_EQ(mc.draft.schema(), "mtp");
+  auto error = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& err) {
+      return std::string(err.what());
+    }
+    return std::string("no error");
+  };
+  // The drafters' rows themselves: another source's state, another length.
+  Drafter* model_drafter = c.drafter;
+  auto row = model_drafter->open(c.draft_params);
+  const std::string wrong_source = error([&] { row->restore(mc.draft, mc.draft.covers()); });
+  EXPECT_NE(wrong_source.find("a mtp draft state cannot be restored into a model draft row"), std::string::npos)
+      << wrong_source;
+  const std::string wrong_length = error([&] { row->restore(c.draft, c.draft.covers() + 1); });
+  EXPECT_NE(wrong_length.find("covers " + std::to_string(c.draft.covers()) + " tokens"), std::string::npos)
+      << wrong_length;
+  EXPECT_NE(error([&] { row->restore(DraftState(), 0); }).find("empty draft state"), std::string::npos);
+  // A checkpoint of another engine's source.
+  auto other = engine_at(dir, 2);
+  const int64_t o = other->open_session();
+  EXPECT_NE(error([&] { other->restore(o, c); }).find("not this engine's"), std::string::npos);
 }
 
 TEST(DraftErrors, NameWhatIsWrong) {

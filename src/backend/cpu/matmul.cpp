@@ -176,7 +176,7 @@ void dispatch(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, 
 
 void matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, DType w_dtype,
             int64_t N, float* y, int64_t ldy, ThreadPool& pool) {
-  if (detail::round_inputs_to_f16() && M > 2) {
+  if (detail::round_inputs_to_f16() && M > 8) {
     std::vector<float> xr(static_cast<size_t>(M * K));
     for (int64_t m = 0; m < M; ++m)
       for (int64_t k = 0; k < K; ++k) {

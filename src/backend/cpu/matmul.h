@@ -56,8 +56,8 @@ void matmul_avx512bf16(const float* x, int64_t M, int64_t K, int64_t ldx, const 
 namespace detail {
 
 // Precision experiment (tests): when set, matmul rounds x to f16 (round to
-// nearest even, saturating at ±65504) before multiplying whenever M > 2, as
-// the CUDA backend's tensor-core path does (its skinny kernel, M <= 2, keeps x
+// nearest even, saturating at ±65504) before multiplying whenever M > 8, as
+// the CUDA backend's tensor-core path does (its skinny kernels, M <= 8, keep x
 // exact). It tells how much a model's logits move from that rounding alone.
 bool& round_inputs_to_f16();
 

@@ -109,6 +109,9 @@ constexpr size_t decode_smem_bytes() {
 // A multiple of 64 keys, as the plan's.
 __device__ __forceinline__ int token_split_len(int span, int min_len, int want) {
   if (want == kAllSplits) return min_len;  // a forced split length
+  // A context the one-trip merge takes whole takes at most its splits,
+  // whatever the batch's longest context (want_splits bounds the grid so).
+  if (span <= kOneTripContext) want = min(want, kMerge1Splits);
   const int len = ((span + want - 1) / want + 63) / 64 * 64;
   // 64-key splits pay below kShortContext keys (more blocks a KV head) and
   // cost on long contexts (twice the splits to merge), hence kLongSplitLen there.
@@ -260,11 +263,16 @@ struct DecodePlan {
   int n_splits;
   int split_len;  // the shortest split; a token's own is token_split_len
   int want;       // splits a token's context is cut into (each at least split_len); 0: by occupancy
+  int rows;       // the rows (sequences) the occupancy counts
 };
+// The rows a batch's plan counts: its rows, not its tokens, so that the
+// 1 + k tokens a row of a verify step are cut into the splits a decode
+// step's one token is (their results bit-equal). n_rows 0: unknown, the tokens.
+int64_t plan_rows(int64_t n_tokens, int64_t n_rows);
 // The grid's splits for a batch, from sizes only (a graph replays at any position).
-DecodePlan plan_decode(int64_t n_tokens, int64_t n_head, int64_t max_context);
-// Splits a token's context is cut into, for blocks_per_split blocks a token and split.
-int want_splits(int64_t n_tokens, int64_t blocks_per_split, const DecodePlan& plan);
+DecodePlan plan_decode(int64_t rows, int64_t n_head, int64_t max_context);
+// Splits a token's context is cut into, for blocks_per_split blocks a row and split.
+int want_splits(int64_t rows, int64_t blocks_per_split, const DecodePlan& plan);
 // The tensor-core decode kernel takes groups of at most 16 query heads a KV head.
 bool use_decode_tc(int group);
 // Checks the arguments of an attention launch; the geometry the kernels read.

@@ -566,7 +566,7 @@ void launch_decode(const float* q, const uint16_t* k_cache, const uint16_t* v_ca
                    const DecodePlan& plan, float* out, void* workspace, Stream s) {
   const int n_hpass = (geo.group + GP - 1) / GP;
   // A token needs at most `want` splits: the grid has no more.
-  const int want = plan.want > 0 ? plan.want : want_splits(geo.n_tokens, int64_t(geo.n_head_kv) * n_hpass, plan);
+  const int want = plan.want > 0 ? plan.want : want_splits(plan.rows, int64_t(geo.n_head_kv) * n_hpass, plan);
   const int n_splits = std::min(plan.n_splits, want);
   const dim3 grid(unsigned(n_splits), unsigned(geo.n_head_kv * n_hpass), unsigned(geo.n_tokens));
   if (n_splits > 1 && int64_t(geo.n_tokens) * grid.y > Context::kAttnCounters) {
@@ -589,7 +589,7 @@ template <int D, bool F16, bool ROPE = false>
 void launch_decode_tc(const float* q, const uint16_t* k_cache, const uint16_t* v_cache, const Geometry& geo,
                       const DecodePlan& plan, float* out, void* workspace, Stream s, const RopeArgs& rope = {}) {
   using C = DecodeTcCfg<D>;
-  const int want = plan.want > 0 ? plan.want : want_splits(geo.n_tokens, geo.n_head_kv, plan);
+  const int want = plan.want > 0 ? plan.want : want_splits(plan.rows, geo.n_head_kv, plan);
   const int n_splits = std::min(plan.n_splits, want);  // a token needs at most `want` splits
   const dim3 grid(unsigned(n_splits), unsigned(geo.n_head_kv), unsigned(geo.n_tokens));
   if (n_splits > 1 && int64_t(geo.n_tokens) * grid.y > Context::kAttnCounters) {
@@ -671,7 +671,7 @@ void decode_attention_rope(const float* qkv, const float* q_norm, const float* k
   // q's alignment check stands in for qkv's (read a float at a time).
   const attn::Geometry geo = attn::check_geometry(out, k_cache, v_cache, block_size, n_head, n_head_kv, meta, scale, window, out);
   if (meta.n_tokens > 65535) fail("[cuda] paged_attention: ", meta.n_tokens, " decode tokens exceed 65535");
-  const attn::DecodePlan plan = attn::plan_decode(meta.n_tokens, n_head, meta.max_context);
+  const attn::DecodePlan plan = attn::plan_decode(attn::plan_rows(meta.n_tokens, meta.n_rows), n_head, meta.max_context);
   if (plan.n_splits > 1 && workspace == nullptr)
     fail("[cuda] paged_attention: flash-decoding needs attention_workspace_bytes() of workspace");
   attn::RopeArgs r;

@@ -24,25 +24,33 @@
 namespace augur::cuda {
 namespace attn {
 
+int64_t plan_rows(int64_t n_tokens, int64_t n_rows) {
+  return n_rows > 0 ? std::min(n_rows, n_tokens) : n_tokens;
+}
+
 // Split lengths are multiples of 64 keys, a multiple of every head_dim's stage.
-DecodePlan plan_decode(int64_t n_tokens, int64_t n_head, int64_t max_context) {
-  const int64_t cap = std::max<int64_t>(1, kMaxPartials / std::max<int64_t>(1, n_tokens * n_head));
+// The partials bound counts rows: a batch of few rows with several tokens
+// each (n_tokens <= kDecodeMaxTokens) gets workspace for up to 8x the splits
+// (attention_workspace_bytes).
+DecodePlan plan_decode(int64_t rows, int64_t n_head, int64_t max_context) {
+  const int64_t cap = std::max<int64_t>(1, kMaxPartials / std::max<int64_t>(1, rows * n_head));
   const int64_t n = std::clamp<int64_t>(ceil_div(max_context, int64_t(kMinSplitLen)), 1, cap);
   int64_t len = ceil_div(ceil_div(max_context, n), 64) * 64;
   len = std::max<int64_t>(len, kMinSplitLen);
-  return {int(ceil_div(max_context, len)), int(len), 0};
+  return {int(ceil_div(max_context, len)), int(len), 0, int(rows)};
 }
 
 // A block's fixed cost (the q load, its warps' merge, the partials and the
 // split merge) is paid once a split, so splits should be long; the grid
 // should still fill the GPU. Fitted to cuda_bench --attention on the H200
 // (Qwen3-8B heads): a token-and-KV-head pair takes one split plus its share
-// of 2 blocks an SM (batch 1: 34 splits; batch 32: 3). Up to 4,096 keys (the
-// plan's bound), at most kMerge1Splits, so that the split merge takes one
-// trip to L2 (finish_decode's MERGE1), which costs less than the longer
-// splits do.
-int want_splits(int64_t n_tokens, int64_t blocks_per_split, const DecodePlan& plan) {
-  const int64_t pairs = std::max<int64_t>(1, n_tokens * blocks_per_split);
+// of 2 blocks an SM (batch 1: 34 splits; batch 32: 3). Up to 4,096 keys, at
+// most kMerge1Splits, so that the split merge takes one trip to L2
+// (finish_decode's MERGE1), which costs less than the longer splits do: each
+// token's own span decides that (token_split_len), the plan's bound only
+// sizes the grid. Counted by rows, not tokens (plan_rows).
+int want_splits(int64_t rows, int64_t blocks_per_split, const DecodePlan& plan) {
+  const int64_t pairs = std::max<int64_t>(1, rows * blocks_per_split);
   int64_t want = 1 + ceil_div(int64_t(2) * context().sm_count, pairs);
   if (int64_t(plan.n_splits) * plan.split_len <= kOneTripContext) want = std::min<int64_t>(want, kMerge1Splits);
   return int(std::clamp<int64_t>(want, 1, kAllSplits));
@@ -88,8 +96,8 @@ void paged_attention_decode(const float* q, const half_bits* k_cache, const half
   const attn::Geometry geo =
       attn::check_geometry(q, k_cache, v_cache, block_size, n_head, n_head_kv, meta, scale, window, out);
   if (meta.n_tokens > 65535) fail("[cuda] paged_attention: ", meta.n_tokens, " decode tokens exceed 65535");
-  attn::DecodePlan plan = attn::plan_decode(meta.n_tokens, n_head, meta.max_context);
-  if (split_len > 0) plan = {int(ceil_div(meta.max_context, split_len)), split_len, attn::kAllSplits};
+  attn::DecodePlan plan = attn::plan_decode(attn::plan_rows(meta.n_tokens, meta.n_rows), n_head, meta.max_context);
+  if (split_len > 0) plan = {int(ceil_div(meta.max_context, split_len)), split_len, attn::kAllSplits, 1};
   if (plan.n_splits > 1 && workspace == nullptr)
     fail("[cuda] paged_attention: flash-decoding needs attention_workspace_bytes() of workspace");
   attn::decode(q, k_cache, v_cache, geo, plan, head_dim, out, workspace, s, kv);
@@ -99,7 +107,10 @@ void paged_attention_decode(const float* q, const half_bits* k_cache, const half
 
 size_t attention_workspace_bytes(int64_t n_tokens, int64_t n_head, int64_t head_dim, int64_t max_context) {
   if (n_tokens <= 0 || max_context <= 0) return 0;
-  const attn::DecodePlan plan = attn::plan_decode(n_tokens, n_head, max_context);
+  // The most splits any batch of n_tokens can plan: a batch of a few tokens
+  // may be one row (plan_rows).
+  const int64_t rows = n_tokens <= attn::kDecodeMaxTokens ? 1 : n_tokens;
+  const attn::DecodePlan plan = attn::plan_decode(rows, n_head, max_context);
   if (plan.n_splits <= 1) return 0;
   return size_t(n_tokens * n_head * plan.n_splits) * size_t(head_dim + 2) * sizeof(float);
 }

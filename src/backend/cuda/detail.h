@@ -19,13 +19,13 @@ struct Precision {
 };
 Precision& precision();
 
-// Rows of x the skinny kernel takes (matmul_bf16 sends M <= kSkinnyDispatchM to
-// it, larger M to cuBLASLt, which is faster from M = 3 on the H200).
+// Rows of x the skinny kernels take (matmul_bf16 sends M <= kSkinnyMaxM to
+// them, larger M to cuBLASLt): all of a verify step's at batch 1 (1 + k <= 8
+// tokens), so that its rows are computed as a decode step's are.
 constexpr int64_t kSkinnyMaxM = 8;
-constexpr int64_t kSkinnyDispatchM = 2;
 
 // Skinny path (M <= kSkinnyMaxM). splits = 0 picks the kernel (the stream
-// GEMV for M <= 2 where every SM gets a stage's rows, else rows_kernel) and
+// GEMV where every SM gets a stage's rows, else rows_kernel) and
 // its split-K factor; otherwise rows_kernel with K cut into about `splits`
 // pieces (tests, benchmark sweeps).
 void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, int64_t N,
@@ -33,7 +33,7 @@ void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half
 // The split-K factor rows_kernel picks (0 if skinny_matmul takes the generic kernel).
 int skinny_splits(int64_t M, int64_t K, int64_t N);
 
-// The stream GEMV (gemv.cu, M <= 2) with the decode step's fused ends:
+// The stream GEMV (gemv.cu, M <= 8) with the decode step's fused ends:
 //   y = f(x) · wᵀ, f(x) = x, or rms_norm(x) * g when norm (x: the residual);
 //   Store: y = the product; Accumulate: y += it (the residual), and y2 = it
 //   when y2 is given (row stride ldy too); SwiGLU: w is a fused gate/up
@@ -59,7 +59,7 @@ struct StreamGemv {
   // The launch's name, for error messages and profiles (block_tail names its four GEMVs).
   const char* name = "stream_kernel";
 };
-// Shapes it takes: M <= 2, K % 8 == 0 up to 18432; SwiGLU: N even, N / 2 <= 65536.
+// Shapes it takes: M <= 8, K % 8 == 0 up to 18432; SwiGLU: N even, N / 2 <= 65536.
 bool stream_gemv_fits(int64_t M, int64_t K, int64_t N, bool swiglu = false);
 void stream_gemv(const StreamGemv& q, Stream s);
 

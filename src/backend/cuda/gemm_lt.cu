@@ -1,4 +1,4 @@
-// Tensor-core matmul for M > 2 through cuBLASLt, and matmul_half's dispatch.
+// Tensor-core matmul for M > 8 through cuBLASLt, and matmul_half's dispatch.
 //
 // y = x·wᵀ with x [M, K] and y [M, N] row-major, w [N, K] row-major. cuBLASLt
 // is column-major: a row-major [R, C] matrix is a column-major [C, R] one, so
@@ -167,7 +167,7 @@ void matmul_half(const float* x, int64_t M, int64_t K, int64_t ldx, const half_b
   if (M <= 0 || N <= 0) return;
   if (K <= 0 || ldx < K || ldy < N)
     fail("[cuda] matmul: bad shape M=", M, " K=", K, " N=", N, " ldx=", ldx, " ldy=", ldy);
-  if (M <= detail::kSkinnyDispatchM || (detail::precision().exact_matmul && M <= detail::kSkinnyMaxM)) {
+  if (M <= detail::kSkinnyMaxM) {
     detail::skinny_matmul(x, M, K, ldx, w, N, y, ldy, s, 0, wt);
     return;
   }

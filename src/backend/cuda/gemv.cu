@@ -1,4 +1,5 @@
-// Skinny GEMM for decode (M <= 8 rows of x; matmul_bf16 uses it for M <= 2):
+// Skinny GEMM for decode and verify steps (M <= 8 rows of x; matmul_bf16
+// sends M <= 8 here):
 // y[m, n] = sum_k x[m, k] w[n, k]. Memory-bound: every weight is read once for
 // all M rows.
 //
@@ -7,9 +8,9 @@
 // 256-wide step), 8 loads of 16 bytes in flight per lane, so DRAM sees long
 // runs of each row. Products on the FMA units in f32 (x exact), lanes reduced
 // with shuffles at the end. (mma.m16n8k16's fragment layout would make each
-// load touch 8 rows x 64 bytes, which streams far slower; cuBLASLt is faster
-// from M = 3.) The stream kernel below takes M <= 2 on matrices tall enough
-// to give every SM a stage's rows.
+// load touch 8 rows x 64 bytes, which streams far slower.) It takes the
+// matrices too short to give every SM a stage's rows; the stream kernel below
+// takes the rest.
 //
 // Split-K: short matrices (too few warps for 132 SMs) cut K into S ranges;
 // each warp writes its partial tile to scratch and the last warp of a tile to
@@ -149,9 +150,15 @@ __global__ void __launch_bounds__(kWarps * 32)
 // short); one bulk copy a row, so every copy starts on a 4 KB boundary of its
 // row (equal chunks of a runtime width streamed slower).
 // Consumers (kStreamConsumers warps) take 8 columns a thread of every stage,
-// for all its rows, and hold their columns of x in registers for the whole
-// kernel (an x load from L2 behind the stream costs more than a stage); at a
-// group's end they sum across warps in fixed order (deterministic). Each
+// for all its rows. For M <= 2 they hold their columns of x in registers for
+// the whole kernel (an x load from L2 behind the stream costs more than a
+// stage); for M = 3..8 (verify steps) x does not fit there, so each stage
+// reads its columns of x again (L1 hits mostly) and a stage holds 8 rows, not
+// 4, so that each x load serves twice the weights. At a group's end they sum
+// across warps in fixed order (deterministic). Every output is the same
+// arithmetic in the same order whatever M is (dot8 over a thread's 8 columns,
+// chunks in order, the warp's butterfly, warps in order): a row of a verify
+// step's product is bit-equal to the one-row decode step's. Each
 // consumer thread releases a slot itself: racecheck sees no order between a
 // warp's reads and the next bulk copy when only lane 0 arrives after a
 // __syncwarp.
@@ -168,20 +175,40 @@ __global__ void __launch_bounds__(kWarps * 32)
 // streams slower).
 // x: [M, K] f32 (row stride ldx, K <= MAXC * kStreamK); w: [N, K] half (K % 8
 // == 0, 16-byte aligned); y: [M, N] f32 (row stride ldy; [M, N / 2] for
-// SwiGLU); smem: slots x [kStreamRows][kStreamK] half, then full[slots],
-// empty[slots] mbarriers, then red[2][consumers][kStreamRows * MR], then (NORM)
-// the norm's [consumers][MR] and (SwiGLU) stash[units a block][MR].
-constexpr int kStreamRows = 4;
+// SwiGLU); smem: slots x [R][kStreamK] half (R = stream_rows<MR>), then
+// full[slots], empty[slots] mbarriers, then red[2][consumers][R * MR], then
+// (NORM) the norm's [consumers][MR] and (SwiGLU) stash[units a block][MR].
+constexpr int kStreamRows = 4;      // rows a stage, M <= 2
+constexpr int kStreamRowsWide = 8;  // rows a stage, M = 3..8 (each x load from smem serves more weights; 4 measured slower)
+template <int MR>
+constexpr int stream_rows() {
+  return MR <= 2 ? kStreamRows : kStreamRowsWide;
+}
 constexpr int kStreamConsumers = 8;
 constexpr int kStreamThreads = (kStreamConsumers + 1) * 32;
 constexpr int kStreamK = kStreamConsumers * 32 * 8;  // 2048 columns: 8 a consumer thread
 constexpr int kStreamMaxChunks = 9;                  // K <= 18432
 constexpr int kStreamMaxSmem = 227 * 1024;           // a block's dynamic shared memory on sm_90
+constexpr size_t kStreamXResident = 112 * 1024;      // M > 2: x staged whole up to this size
 
 template <int MR>
 constexpr size_t stream_header_bytes(int slots, int stash_units = 0) {
-  return size_t(2 * slots) * sizeof(uint64_t) + size_t(2 * kStreamConsumers * kStreamRows * MR) * sizeof(float) +
+  return size_t(2 * slots) * sizeof(uint64_t) +
+         size_t(2 * kStreamConsumers * stream_rows<MR>() * MR) * sizeof(float) +
          size_t(kStreamConsumers * MR + stash_units * MR) * sizeof(float);
+}
+template <int MR>
+constexpr size_t stream_stage_bytes() {
+  return size_t(stream_rows<MR>()) * kStreamK * sizeof(uint16_t);
+}
+
+// A thread's 8 columns of one row of x against one weight row: every path of
+// the stream kernel sums through here, so all contract the same way.
+__device__ __forceinline__ float dot8(const float (&x)[8], const float (&w)[8]) {
+  float sum = 0.f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) sum += x[e] * w[e];
+  return sum;
 }
 
 // The fused ends are template parameters and plain arguments, not a struct
@@ -194,12 +221,18 @@ template <int MR, int MAXC, bool F16, StreamEpi EPI, bool NORM>
 __global__ void __launch_bounds__(kStreamThreads, 1)
     stream_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
                   float* __restrict__ y, int64_t ldy, int slots, bool release_at_once,
-                  const float* __restrict__ g_norm, float eps, float* __restrict__ y2) {
+                  const float* __restrict__ g_norm, float eps, float* __restrict__ y2, int xbufs) {
   constexpr bool swiglu = EPI == StreamEpi::SwiGLU;
   extern __shared__ __align__(128) unsigned char smem[];
-  constexpr int R = kStreamRows, KC = kStreamK;
+  constexpr int R = stream_rows<MR>(), KC = kStreamK;
+  constexpr bool kXReg = MR <= 2;  // x held in registers (else read each stage)
+  constexpr int kOuts = (R * MR + 31) / 32;  // outputs of a group a lane of warp 0 owns
   uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(slots) * R * KC * sizeof(uint16_t));
+  // M > 2: x (and the norm's gain) staged by each consumer thread for its
+  // own columns, xbufs chunks: [xbufs][M][KC] f32, then (NORM) [xbufs][KC].
+  float* xs = reinterpret_cast<float*>(smem + size_t(slots) * R * KC * sizeof(uint16_t));
+  float* gs = xs + size_t(xbufs) * M * KC;
+  uint64_t* full = reinterpret_cast<uint64_t*>(gs + (NORM ? size_t(xbufs) * KC : 0));
   uint64_t* empty = full + slots;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   // This block's units: u(i) = blk + G * i, i < n_units: rows, or for
@@ -243,25 +276,96 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   pdl_launch_dependents();
   const int kt = threadIdx.x * 8;  // this thread's columns of a chunk
   float* red = reinterpret_cast<float*>(empty + slots);
-  float xr[MAXC][MR][8];
+  // This thread's 8 columns of chunk c of row m of x (zeros past K).
+  auto load_x = [&](int c, int m, float (&v)[8]) {
+    const int k = c * KC + kt;
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f), b = a;
+    if (m < M && k < K) {
+      a = __ldg(reinterpret_cast<const float4*>(x + m * ldx + k));
+      b = __ldg(reinterpret_cast<const float4*>(x + m * ldx + k + 4));
+    }
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  };
+  float xr[kXReg ? MAXC : 1][MR][8];
+  if constexpr (kXReg) {
 #pragma unroll
-  for (int c = 0; c < MAXC; ++c)
+    for (int c = 0; c < MAXC; ++c)
+#pragma unroll
+      for (int m = 0; m < MR; ++m) load_x(c, m, xr[c][m]);
+  }
+  // The wide form's staging: chunk i % n_chunks of x into buffer b, by
+  // cp.async (a load's latency would stall every stage). Resident (xbufs ==
+  // n_chunks): every chunk once, at the start; else two buffers, the next
+  // stage's chunk copied while this one's is used.
+  const bool resident = xbufs >= n_chunks;
+  auto stage_x = [&](int i) {
+    const int c = i % n_chunks, b = resident ? c : (i & 1), k = c * KC + kt;
+    const bool ok = k < K;
+    for (int m = 0; m < M; ++m) {
+      float* d = xs + (size_t(b) * M + m) * KC + kt;
+      const float* src = x + m * ldx + (ok ? k : 0);
+      cp_async16(d, src, ok);
+      cp_async16(d + 4, src + 4, ok);
+    }
+    if constexpr (NORM) {
+      const float* src = g_norm + (ok ? k : 0);
+      cp_async16(gs + size_t(b) * KC + kt, src, ok);
+      cp_async16(gs + size_t(b) * KC + kt + 4, src + 4, ok);
+    }
+    cp_async_commit();
+  };
+  if constexpr (!kXReg) {
+    if (resident)
+      for (int c = 0; c < n_chunks; ++c) stage_x(c);
+    else
+      stage_x(0);
+  }
+  float inv[MR];  // NORM: 1 / rms of each row of x
+  if constexpr (NORM && !kXReg) {
+    // As below, the squares summed in the same order (chunks, then columns;
+    // the register form's zeros past K add nothing). A chunk's loads for
+    // every row are issued together.
+    float* rn = red + 2 * kStreamConsumers * R * MR;
+    float ss[MR];
+#pragma unroll
+    for (int m = 0; m < MR; ++m) ss[m] = 0.f;
+    if (resident) cp_async_wait<0>();  // then x is read from shared memory
+    for (int c = 0; c < n_chunks; ++c) {
+      float v[MR][8];
+#pragma unroll
+      for (int m = 0; m < MR; ++m) {
+        const int k = c * KC + kt;
+        if (resident && m < M && k < K) {
+          const float* p = xs + (size_t(c) * M + m) * KC + kt;
+          const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+          v[m][0] = a.x, v[m][1] = a.y, v[m][2] = a.z, v[m][3] = a.w;
+          v[m][4] = b.x, v[m][5] = b.y, v[m][6] = b.z, v[m][7] = b.w;
+        } else {
+          load_x(c, m, v[m]);
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < MR; ++m)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ss[m] += v[m][e] * v[m][e];
+    }
 #pragma unroll
     for (int m = 0; m < MR; ++m) {
-      const int k = c * KC + kt;
-      float4 a = make_float4(0.f, 0.f, 0.f, 0.f), b = a;
-      if (m < M && k < K) {
-        a = __ldg(reinterpret_cast<const float4*>(x + m * ldx + k));
-        b = __ldg(reinterpret_cast<const float4*>(x + m * ldx + k + 4));
-      }
-      xr[c][m][0] = a.x, xr[c][m][1] = a.y, xr[c][m][2] = a.z, xr[c][m][3] = a.w;
-      xr[c][m][4] = b.x, xr[c][m][5] = b.y, xr[c][m][6] = b.z, xr[c][m][7] = b.w;
+      const float t = warp_sum(ss[m]);
+      if (lane == 0) rn[warp * MR + m] = t;
     }
-  if constexpr (NORM) {
+    asm volatile("bar.sync 1, %0;" ::"n"(kStreamConsumers * 32) : "memory");
+#pragma unroll
+    for (int m = 0; m < MR; ++m) {
+      float ss = 0.f;
+      for (int q = 0; q < kStreamConsumers; ++q) ss += rn[q * MR + m];
+      inv[m] = 1.0f / sqrtf(ss / float(K) + eps);
+    }
+  }
+  if constexpr (NORM && kXReg) {
     // x * rsqrt(mean(x^2) + eps) * g, the sum of squares over all of x: warp
     // sums, then the warps' in order.
-    float* rn = red + 2 * kStreamConsumers * kStreamRows * MR;
-    float inv[MR];
+    float* rn = red + 2 * kStreamConsumers * R * MR;
 #pragma unroll
     for (int m = 0; m < MR; ++m) {
       float ss = 0.f;
@@ -292,42 +396,28 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
         for (int e = 0; e < 8; ++e) xr[c][m][e] = gv[e] * (xr[c][m][e] * inv[m]);
     }
   }
-  float* stash = red + 2 * kStreamConsumers * kStreamRows * MR + kStreamConsumers * MR;  // SwiGLU: [n_units][MR]
+  float* stash = red + 2 * kStreamConsumers * R * MR + kStreamConsumers * MR;  // SwiGLU: [n_units][MR]
   int slot = 0;
   uint32_t phase = 0;
   for (int g = 0; g < n_groups; ++g) {
     const int u0 = group_unit(g), rows = min(R, n_units - u0);
-    float old = 0.f;  // Accumulate: y's value before this kernel, loaded early
-    if constexpr (EPI == StreamEpi::Accumulate) {
-      const int r = lane / MR, m = lane % MR;
-      if (warp == 0 && lane < R * MR && r < rows && m < M) old = y[int64_t(m) * ldy + unit_of(u0 + r)];
+    float old[kOuts];  // Accumulate: y's values before this kernel, loaded early
+#pragma unroll
+    for (int j = 0; j < kOuts; ++j) {
+      old[j] = 0.f;
+      if constexpr (EPI == StreamEpi::Accumulate) {
+        const int o = lane + 32 * j, r = o / MR, m = o % MR;
+        if (warp == 0 && o < R * MR && r < rows && m < M) old[j] = y[int64_t(m) * ldy + unit_of(u0 + r)];
+      }
     }
     float acc[R][MR];
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int m = 0; m < MR; ++m) acc[r][m] = 0.f;
-#pragma unroll
-    for (int c = 0; c < MAXC; ++c) {
-      if (c >= n_chunks) break;
-      mbar_wait(&full[slot], phase);
-      if (c * KC + kt < K) {
-        const uint16_t* st = ring + size_t(slot) * R * KC + kt;
-        float wf[R][8];
-#pragma unroll
-        for (int r = 0; r < R; ++r) unpack8<F16>(*reinterpret_cast<const uint4*>(st + r * KC), wf[r]);
-#pragma unroll
-        for (int m = 0; m < MR; ++m)
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            float sum = 0.f;
-#pragma unroll
-            for (int e = 0; e < 8; ++e) sum += xr[c][m][e] * wf[r][e];
-            acc[r][m] += sum;
-          }
-      }
-      // Each thread releases its own reads, at once (run_stream always says
-      // so) or after its warp's; see release_at_once above.
+    // Each thread releases its own reads, at once (run_stream always says
+    // so) or after its warp's; see release_at_once above.
+    auto release = [&] {
       if (release_at_once) {
         mbar_arrive(&empty[slot]);
       } else {
@@ -335,6 +425,63 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
         mbar_arrive(&empty[slot]);
       }
       if (++slot == slots) slot = 0, phase ^= 1u;
+    };
+    if constexpr (kXReg) {
+#pragma unroll
+      for (int c = 0; c < MAXC; ++c) {
+        if (c >= n_chunks) break;
+        mbar_wait(&full[slot], phase);
+        if (c * KC + kt < K) {
+          const uint16_t* st = ring + size_t(slot) * R * KC + kt;
+          float wf[R][8];
+#pragma unroll
+          for (int r = 0; r < R; ++r) unpack8<F16>(*reinterpret_cast<const uint4*>(st + r * KC), wf[r]);
+#pragma unroll
+          for (int m = 0; m < MR; ++m)
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[r][m] += dot8(xr[c][m], wf[r]);
+        }
+        release();
+      }
+    } else {
+      for (int c = 0; c < n_chunks; ++c) {
+        const int i = g * n_chunks + c, k = c * KC + kt, b = resident ? c : (i & 1);
+        if (!resident) {
+          if (i + 1 < n_stages)
+            stage_x(i + 1);
+          else
+            cp_async_commit();  // an empty group keeps the count
+          cp_async_wait<1>();
+        } else if (i == 0) {
+          cp_async_wait<0>();
+        }
+        auto from_smem = [](const float* p, float (&v)[8]) {
+          const float4 a = *reinterpret_cast<const float4*>(p), bb = *reinterpret_cast<const float4*>(p + 4);
+          v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = bb.x, v[5] = bb.y, v[6] = bb.z, v[7] = bb.w;
+        };
+        float gv[8];
+        if constexpr (NORM)
+          if (k < K) from_smem(gs + size_t(b) * KC + kt, gv);
+        mbar_wait(&full[slot], phase);
+        if (k < K) {
+          const uint16_t* st = ring + size_t(slot) * R * KC + kt;
+          float wf[R][8];
+#pragma unroll
+          for (int r = 0; r < R; ++r) unpack8<F16>(*reinterpret_cast<const uint4*>(st + r * KC), wf[r]);
+#pragma unroll
+          for (int m = 0; m < MR; ++m) {
+            if (m >= M) break;
+            float xv[8];
+            from_smem(xs + (size_t(b) * M + m) * KC + kt, xv);
+            if constexpr (NORM)
+#pragma unroll
+              for (int e = 0; e < 8; ++e) xv[e] = gv[e] * (xv[e] * inv[m]);
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[r][m] += dot8(xv, wf[r]);
+          }
+        }
+        release();
+      }
     }
     // The group's end: warp sums, then warp 0 adds the warps' in order. red
     // alternates between two halves, so a half is rewritten only after the
@@ -348,11 +495,13 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
         if (lane == 0) rg[warp * R * MR + r * MR + m] = v;
       }
     asm volatile("bar.sync 1, %0;" ::"n"(kStreamConsumers * 32) : "memory");
-    if (warp == 0 && lane < R * MR) {
-      const int r = lane / MR, m = lane % MR;
-      if (r < rows && m < M) {
+    if (warp == 0) {
+#pragma unroll
+      for (int j = 0; j < kOuts; ++j) {
+        const int o = lane + 32 * j, r = o / MR, m = o % MR;
+        if (o >= R * MR || r >= rows || m >= M) continue;
         float sum = 0.f;
-        for (int q = 0; q < kStreamConsumers; ++q) sum += rg[q * R * MR + lane];
+        for (int q = 0; q < kStreamConsumers; ++q) sum += rg[q * R * MR + o];
         const int64_t at = int64_t(m) * ldy + unit_of(u0 + r);
         if constexpr (swiglu) {  // the same lane (r, m) stashes the gate and later reads it
           float& gate = stash[(u0 + r) * MR + m];
@@ -361,7 +510,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
           else
             y[at] = silu_mul(gate, sum);
         } else if constexpr (EPI == StreamEpi::Accumulate) {
-          y[at] = old + sum;
+          y[at] = old[j] + sum;
           if (y2 != nullptr) y2[at] = sum;
         } else {
           y[at] = sum;
@@ -406,18 +555,24 @@ struct SkinnyPlan {
 // Warp tiles an SM below which plan_skinny splits K.
 constexpr int kSplitBelow = 4;
 
-// The stream kernel for M <= 2 (MR = 1 or 2) and K <= kStreamMaxChunks stages'
-// columns: as many 16 KB stages as the ring holds.
+// The stream kernel for M <= 8 (MR = 1, 2, 4 or 8) and K <= kStreamMaxChunks
+// stages' columns: as many stages as the ring holds.
 struct StreamLaunch {
   const StreamGemv& q;
   int slots, grid;
   int stash_units;  // SwiGLU: the most units (output columns) a block takes
+  int xbufs;        // M > 2: chunks of x staged in shared memory (0: x in registers)
 };
+
+// M > 2: the bytes of x (and the norm's gain) staged in shared memory.
+size_t stream_x_bytes(const StreamGemv& q, int xbufs) {
+  return size_t(xbufs) * size_t(q.M + (q.norm ? 1 : 0)) * kStreamK * sizeof(float);
+}
 
 template <int MR, int MAXC, bool F16, StreamEpi EPI, bool NORM>
 void launch_stream(const StreamLaunch& l, Stream s) {
-  constexpr size_t stage = size_t(kStreamRows) * kStreamK * sizeof(uint16_t);
-  const size_t smem = size_t(l.slots) * stage + stream_header_bytes<MR>(l.slots, l.stash_units);
+  const size_t smem = size_t(l.slots) * stream_stage_bytes<MR>() + stream_x_bytes(l.q, l.xbufs) +
+                     stream_header_bytes<MR>(l.slots, l.stash_units);
   auto kernel = stream_kernel<MR, MAXC, F16, EPI, NORM>;
   static size_t granted = 0;  // per instantiation: the dynamic smem the attribute allows
   if (smem > granted) {
@@ -426,13 +581,16 @@ void launch_stream(const StreamLaunch& l, Stream s) {
   }
   const StreamGemv& q = l.q;
   launch(q.name, kernel, dim3(unsigned(l.grid)), dim3(kStreamThreads), smem, s, q.x, int(q.M), int(q.K),
-         q.ldx, reinterpret_cast<const uint16_t*>(q.w), int(q.N), q.y, q.ldy, l.slots, true, q.g, q.eps, q.y2);
+         q.ldx, reinterpret_cast<const uint16_t*>(q.w), int(q.N), q.y, q.ldy, l.slots, true, q.g, q.eps, q.y2,
+         l.xbufs);
 }
 
 template <int MR, bool F16, StreamEpi EPI, bool NORM>
 void launch_stream(const StreamLaunch& l, Stream s) {
   const int64_t chunks = ceil_div(l.q.K, int64_t(kStreamK));
-  if (chunks <= 2)
+  if constexpr (MR > 2)  // x is not held in registers: one form for every K
+    launch_stream<MR, 1, F16, EPI, NORM>(l, s);
+  else if (chunks <= 2)
     launch_stream<MR, 2, F16, EPI, NORM>(l, s);
   else if (chunks <= 3)
     launch_stream<MR, 3, F16, EPI, NORM>(l, s);
@@ -459,29 +617,46 @@ void launch_stream(const StreamLaunch& l, Stream s) {
     fail("[cuda] stream GEMV: this combination of norm and output is not built");
 }
 
+template <int MR>
+void run_stream(const StreamGemv& q, Stream s, int sm_count) {
+  constexpr size_t stage = stream_stage_bytes<MR>();
+  const bool swiglu = q.epi == StreamEpi::SwiGLU;
+  const int64_t units = swiglu ? q.N / 2 : q.N;
+  const int grid = int(std::min<int64_t>(sm_count, units));
+  const int stash = swiglu ? int(ceil_div(units, int64_t(grid))) : 0;
+  // M > 2: x resident in shared memory where it fits in kStreamXResident,
+  // else two chunks of it in turn.
+  int xbufs = 0;
+  if constexpr (MR > 2) {
+    const int chunks = int(ceil_div(q.K, int64_t(kStreamK)));
+    xbufs = stream_x_bytes(q, chunks) <= kStreamXResident ? chunks : 2;
+  }
+  // The ring gives way to a large stash (few SMs, wide SwiGLU) and to x.
+  const size_t header = stream_header_bytes<MR>(16, stash) + stream_x_bytes(q, xbufs);
+  const int ring_kb = std::clamp(q.ring_kb, 32, 224);
+  const int slots = std::min(std::max(2, int(size_t(ring_kb) * 1024 / stage)),
+                             int((size_t(kStreamMaxSmem) - std::min(header, size_t(kStreamMaxSmem))) / stage));
+  if (slots < 2)
+    fail("[cuda] stream GEMV: M ", q.M, ", K ", q.K, ", N ", q.N, " on ", grid, " SMs needs too much shared memory");
+  const StreamLaunch l{q, slots, grid, stash, xbufs};
+  q.wt == Half::F16 ? launch_stream<MR, true>(l, s) : launch_stream<MR, false>(l, s);
+}
+
 // Checks and launches one stream GEMV (StreamGemv in detail.h).
 void run_stream(const StreamGemv& q, Stream s, int sm_count) {
   const bool swiglu = q.epi == StreamEpi::SwiGLU;
   if (!detail::stream_gemv_fits(q.M, q.K, q.N, swiglu) || q.ldx % 4 != 0 || !aligned16(q.x) || !aligned16(q.w) ||
       (q.norm && (q.g == nullptr || !aligned16(q.g))))
     fail("[cuda] stream GEMV: M ", q.M, ", K ", q.K, ", N ", q.N, ", ldx ", q.ldx,
-         " (M <= 2, K % 8 == 0 up to 18432, 16-byte aligned x, w and gain; SwiGLU: N % 2 == 0)");
-  constexpr size_t stage = size_t(kStreamRows) * kStreamK * sizeof(uint16_t);
-  const int64_t units = swiglu ? q.N / 2 : q.N;
-  const int grid = int(std::min<int64_t>(sm_count, units));
-  const int stash = swiglu ? int(ceil_div(units, int64_t(grid))) : 0;
-  // The ring gives way to a large stash (few SMs, wide SwiGLU).
-  const size_t header = q.M == 1 ? stream_header_bytes<1>(16, stash) : stream_header_bytes<2>(16, stash);
-  const int ring_kb = std::clamp(q.ring_kb, 32, 224);
-  const int slots = std::min(std::max(2, int(size_t(ring_kb) * 1024 / stage)),
-                             int((size_t(kStreamMaxSmem) - header) / stage));
-  if (slots < 2) fail("[cuda] stream GEMV: SwiGLU with N ", q.N, " on ", grid, " SMs needs too much shared memory");
-  const StreamLaunch l{q, slots, grid, stash};
-  const bool f16 = q.wt == Half::F16;
+         " (M <= 8, K % 8 == 0 up to 18432, 16-byte aligned x, w and gain; SwiGLU: N % 2 == 0)");
   if (q.M == 1)
-    f16 ? launch_stream<1, true>(l, s) : launch_stream<1, false>(l, s);
+    run_stream<1>(q, s, sm_count);
+  else if (q.M == 2)
+    run_stream<2>(q, s, sm_count);
+  else if (q.M <= 4)
+    run_stream<4>(q, s, sm_count);
   else
-    f16 ? launch_stream<2, true>(l, s) : launch_stream<2, false>(l, s);
+    run_stream<8>(q, s, sm_count);
 }
 
 // rows: weight rows per warp tile; tile_floats: partial floats per tile.
@@ -521,7 +696,7 @@ int skinny_splits(int64_t M, int64_t K, int64_t N) {
 }
 
 bool stream_gemv_fits(int64_t M, int64_t K, int64_t N, bool swiglu) {
-  return M >= 1 && M <= 2 && K > 0 && K % 8 == 0 && K <= int64_t(kStreamMaxChunks) * kStreamK && N > 0 &&
+  return M >= 1 && M <= kSkinnyMaxM && K > 0 && K % 8 == 0 && K <= int64_t(kStreamMaxChunks) * kStreamK && N > 0 &&
          N < (int64_t(1) << 30) && (!swiglu || (N % 2 == 0 && N / 2 <= 65536));
 }
 
@@ -539,8 +714,9 @@ void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half
     generic_matmul(x, M, K, ldx, w, N, y, ldy, s, wt);
     return;
   }
-  // The stream kernel takes M <= 2 where each SM gets a stage's rows (it is
-  // faster than rows_kernel inside the decode step); a chosen split (tests,
+  // The stream kernel where each SM gets a stage's rows (it is faster than
+  // rows_kernel inside the decode step), whatever M is, so that the rows of
+  // a verify step take the kernel a decode step does; a chosen split (tests,
   // sweeps) asks for rows_kernel.
   if (splits == 0 && stream_gemv_fits(M, K, N) && N >= int64_t(c.sm_count) * kStreamRows) {
     StreamGemv q;
