@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev
-          libutf8proc-dev libgtest-dev libgmock-dev libbenchmark-dev)
+          libutf8proc-dev libgtest-dev libgmock-dev libbenchmark-dev libevent-dev)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
