@@ -291,12 +291,12 @@ void tail_sweep(double bw) {
     const int copies = int(std::clamp<size_t>((size_t(3) << 30) / bytes, 2, 64));
     Buf<uint16_t> w(size_t(copies) * per);
     rand_bf16(w.p, w.n, 5);
-    Buf<float> a(size_t(2) * sh.Ka), x(size_t(2) * sh.D), g(size_t(sh.D)), o(size_t(2) * sh.D), h(size_t(2) * sh.D);
-    Buf<float> gu(size_t(2) * 2 * sh.F), act(size_t(2) * sh.F), out(size_t(2) * sh.D);
+    Buf<float> a(size_t(8) * sh.Ka), x(size_t(8) * sh.D), g(size_t(sh.D)), o(size_t(8) * sh.D), h(size_t(8) * sh.D);
+    Buf<float> gu(size_t(8) * 2 * sh.F), act(size_t(8) * sh.F), out(size_t(8) * sh.D);
     rand_f32(a.p, a.n, 6);
     rand_f32(x.p, x.n, 7);
     rand_f32(g.p, g.n, 8);
-    for (int64_t M : {1, 2}) {
+    for (int64_t M : {1, 2, 3, 5, 8}) {
       if (!augur::cuda::block_tail_fits(M, sh.Ka, sh.D, sh.F)) continue;
       auto layer = [&](int c, Stream s, bool fused) {
         const uint16_t* wo = w.p + size_t(c) * per;
@@ -445,7 +445,7 @@ int main(int argc, char** argv) {
         std::printf("%-26s %3ld %6s %9.2f %8.0f %5.1f%%%s\n", sh.name, long(M), splits, ms * 1e3, gbs, 100.0 * gbs / bw,
                     note);
       };
-      for (int64_t M : {1, 2, 4, 8, 16}) {
+      for (int64_t M : {1, 2, 3, 4, 5, 8, 16}) {
         if (quick && M != 1) continue;
         const int auto_s =
             M <= augur::cuda::detail::kSkinnyMaxM ? augur::cuda::detail::skinny_splits(M, sh.K, sh.N) : 0;

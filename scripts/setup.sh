@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what augur needs on Debian 12 (apt packages, the test tokenizers
-# from npm) and builds the Release tree in build/release.
+# Installs what augur needs on Debian 12 (apt packages; from npm the test
+# tokenizers and the server tests' OpenAI client) and builds the Release tree in build/release.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +17,11 @@ if ((${#missing[@]})); then
   [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}"
+fi
+
+# The server's end-to-end tests drive it with OpenAI's npm client.
+if [[ ! -d tests/server/node_modules/openai ]]; then
+  (cd tests/server && npm ci --no-audit --no-fund --silent)
 fi
 
 if [[ -x scripts/fetch_tokenizers.sh ]]; then

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string_view>
 
+#include <unistd.h>
+
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/memory.h"
 #include "core/dtype.h"
@@ -24,6 +26,12 @@ std::string_view device_name(Device d) { return d == Device::CUDA ? "cuda" : "cp
 bool device_available(Device d) { return d == Device::CPU || cuda::available(); }
 
 Device default_device() { return cuda::available() ? Device::CUDA : Device::CPU; }
+
+size_t free_memory(Device d) {
+  if (d == Device::CUDA) return cuda::free_bytes();
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? size_t(pages) * size_t(page) : 0;
+}
 
 Tensor empty_on(Device d, DType dtype, std::initializer_list<int64_t> shape) {
   return empty_on(d, dtype, shape.begin(), int(shape.size()));

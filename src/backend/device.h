@@ -21,6 +21,9 @@ bool device_available(Device d);
 // CUDA where a GPU is present, else the CPU.
 Device default_device();
 
+// Memory `d` could still hand out, in bytes (the host: its available RAM).
+size_t free_memory(Device d);
+
 // A zero-filled contiguous tensor on `d`.
 Tensor empty_on(Device d, DType dtype, std::initializer_list<int64_t> shape);
 Tensor empty_on(Device d, DType dtype, const int64_t* shape, int ndim);

@@ -1,4 +1,4 @@
-// augur: run | chat | inspect | bench | tokenize | perplexity
+// augur: run | chat | serve | inspect | bench | tokenize | perplexity
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   add(augur::cli::add_chat);
   add(augur::cli::add_perplexity);
   add(augur::cli::add_draft_vocab);
+  add(augur::cli::add_serve);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

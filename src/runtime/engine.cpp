@@ -40,11 +40,13 @@ Prompt Prompt::of_text(std::string text) {
   return p;
 }
 
-Prompt Prompt::of_chat(nlohmann::ordered_json messages, bool add_generation_prompt) {
+Prompt Prompt::of_chat(nlohmann::ordered_json messages, bool add_generation_prompt,
+                       nlohmann::ordered_json chat_extra) {
   Prompt p;
   p.kind = Kind::Chat;
   p.messages = std::move(messages);
   p.add_generation_prompt = add_generation_prompt;
+  p.chat_extra = std::move(chat_extra);
   return p;
 }
 
@@ -151,7 +153,7 @@ std::vector<int32_t> Engine::encode(const Prompt& prompt) const {
       return text_->encode_prompt(prompt.text);
     case Prompt::Kind::Chat:
       if (!text_) fail("[engine] chat messages need the checkpoint's tokenizer");
-      return text_->encode_chat(prompt.messages, prompt.add_generation_prompt);
+      return text_->encode_chat(prompt.messages, prompt.add_generation_prompt, prompt.chat_extra);
   }
   return {};
 }

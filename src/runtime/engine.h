@@ -38,9 +38,12 @@ struct Prompt {
   std::string text;
   nlohmann::ordered_json messages;
   bool add_generation_prompt = true;  // Chat
+  // Chat: more variables of the template (tools, enable_thinking, ...).
+  nlohmann::ordered_json chat_extra = nlohmann::ordered_json::object();
   static Prompt of_ids(std::vector<int32_t> ids);
   static Prompt of_text(std::string text);
-  static Prompt of_chat(nlohmann::ordered_json messages, bool add_generation_prompt = true);
+  static Prompt of_chat(nlohmann::ordered_json messages, bool add_generation_prompt = true,
+                        nlohmann::ordered_json chat_extra = nlohmann::ordered_json::object());
 };
 
 struct RequestParams {

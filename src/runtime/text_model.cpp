@@ -34,13 +34,15 @@ std::vector<int32_t> TextModel::encode_prompt(const std::string& text) const {
   return tokenizer.encode(text, /*add_special_tokens=*/true);
 }
 
-std::string TextModel::render_chat(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
+std::string TextModel::render_chat(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                   const nlohmann::ordered_json& extra) const {
   if (!chat) fail("[text] ", tokenizer.path(), ": the checkpoint has no chat_template");
-  return chat->apply(messages, add_generation_prompt);
+  return chat->apply(messages, add_generation_prompt, extra);
 }
 
-std::vector<int32_t> TextModel::encode_chat(const nlohmann::ordered_json& messages, bool add_generation_prompt) const {
-  return tokenizer.encode(render_chat(messages, add_generation_prompt), /*add_special_tokens=*/false);
+std::vector<int32_t> TextModel::encode_chat(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                            const nlohmann::ordered_json& extra) const {
+  return tokenizer.encode(render_chat(messages, add_generation_prompt, extra), /*add_special_tokens=*/false);
 }
 
 }  // namespace augur

@@ -25,8 +25,11 @@ struct TextModel {
   std::vector<int32_t> encode_prompt(const std::string& text) const;
   // messages rendered by the chat template, then encoded without adding
   // special tokens (the template writes them), as apply_chat_template does.
-  std::string render_chat(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
-  std::vector<int32_t> encode_chat(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
+  // extra: more template variables (tools, enable_thinking, ...).
+  std::string render_chat(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                          const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
+  std::vector<int32_t> encode_chat(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                   const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
 };
 
 }  // namespace augur

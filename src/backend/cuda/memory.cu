@@ -219,4 +219,11 @@ MemoryStats memory_stats() { return allocator().stats(); }
 
 void release_cached() { allocator().release_cached(); }
 
+size_t free_bytes() {
+  context();
+  size_t free = 0, total = 0;
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return free + allocator().stats().cached;
+}
+
 }  // namespace augur::cuda

@@ -13,6 +13,9 @@ namespace augur::cuda {
 // A device buffer from the caching allocator; returned to the cache when the
 // last reference goes. Contents are zero on allocation.
 std::shared_ptr<Buffer> allocate(size_t bytes);
+// Bytes the device could still hand out: its free memory plus what the
+// caching allocator holds unused.
+size_t free_bytes();
 
 // Copies on the backend stream; a copy to the host waits for it to finish.
 void copy_to_device(void* dst, const void* src, size_t bytes);

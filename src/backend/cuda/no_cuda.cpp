@@ -105,6 +105,7 @@ void moe_experts(const float*, int64_t, int64_t, const half_bits*, const half_bi
 namespace augur::cuda {
 
 std::shared_ptr<Buffer> allocate(size_t) { no_cuda("allocate"); }
+size_t free_bytes() { no_cuda("free_bytes"); }
 void copy_to_device(void*, const void*, size_t) { no_cuda("copy"); }
 void copy_to_host(void*, const void*, size_t) { no_cuda("copy"); }
 void copy_on_device(void*, const void*, size_t) { no_cuda("copy"); }

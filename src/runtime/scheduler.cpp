@@ -1,0 +1,165 @@
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+
+namespace augur {
+
+Scheduler::Scheduler(Engine& engine, const SchedulerOptions& opts) : engine_(engine), opts_(opts) {
+  if (opts_.max_batch <= 0) fail("[scheduler] max_batch must be positive, got ", opts_.max_batch);
+  if (opts_.max_queue < 0) fail("[scheduler] max_queue must be >= 0, got ", opts_.max_queue);
+  Runner& r = engine_.runner();
+  block_size_ = r.options().block_size;
+  total_blocks_ = r.pool().n_blocks();
+  capacity_tokens_ = total_blocks_ * block_size_;
+  if (engine_.info().max_position > 0) capacity_tokens_ = std::min(capacity_tokens_, engine_.info().max_position);
+  stats_.kv_blocks_total = total_blocks_;
+  stats_.block_size = block_size_;
+  stats_.kv_block_bytes = r.kv().spec().bytes_per_token(engine_.info().placement.device()) * block_size_;
+  stats_.state_slots_total = r.slots().n_slots();
+  stats_.state_slot_bytes = r.kv().has_recurrent() ? r.kv().recurrent_spec().bytes_per_slot() : 0;
+  if (opts_.warmup) {
+    // The first forwards of a shape build its kernels' plans and CUDA
+    // graphs: pay for them now, not in the first client's latency.
+    try {
+      RequestParams p;
+      p.max_tokens = 4;
+      p.ignore_eos = true;
+      p.sampling.temperature = 0;
+      engine_.run(engine_.submit(Prompt::of_ids({0, 0, 0, 0}), p));
+    } catch (const std::exception&) {
+      // Warm-up is an optimisation: the first request reports any real problem.
+    }
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+Scheduler::Ticket Scheduler::submit(Prompt prompt, RequestParams params, RequestSink sink) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stats_.failed) fail("[scheduler] the engine failed: ", stats_.failure);
+  if (int64_t(queue_.size()) + stats_.queued >= opts_.max_queue)
+    throw QueueFull("[scheduler] the queue is full (" + std::to_string(opts_.max_queue) + " requests waiting)");
+  const Ticket t = next_ticket_++;
+  queue_.push_back(Waiting{t, std::move(prompt), std::move(params), std::move(sink), {}});
+  wake_.notify_one();
+  return t;
+}
+
+void Scheduler::cancel(Ticket t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancels_.push_back(t);
+  wake_.notify_one();
+}
+
+Scheduler::Stats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats s = stats_;
+  s.queued += int64_t(queue_.size());
+  return s;
+}
+
+// The KV blocks a request may fill: its prompt, max_tokens, the drafts of a
+// verify past them, and one block more for a copy-on-write of a shared one.
+int64_t Scheduler::blocks_for(int64_t n_prompt, const RequestParams& p) const {
+  const int64_t drafts = p.speculation.draft.empty() ? 0 : p.speculation.k;
+  const int64_t tokens = n_prompt + p.max_tokens + drafts + 1;
+  return (tokens + block_size_ - 1) / block_size_ + 1;
+}
+
+void Scheduler::loop() {
+  std::deque<Waiting> pending;  // taken from queue_, waiting for room
+  for (;;) {
+    std::vector<Ticket> cancels;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] {
+        return stop_ || !queue_.empty() || !cancels_.empty() || !running_.empty() || !pending.empty();
+      });
+      if (stop_) break;
+      while (!queue_.empty()) {
+        pending.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      cancels.swap(cancels_);
+      stats_.queued = int64_t(pending.size());
+    }
+    for (Ticket t : cancels) {
+      auto w = std::find_if(pending.begin(), pending.end(), [&](const Waiting& x) { return x.ticket == t; });
+      if (w != pending.end()) {
+        pending.erase(w);
+        continue;
+      }
+      for (auto& [id, r] : running_)
+        if (r.ticket == t) engine_.cancel(id);
+    }
+    // Admission, in order of arrival.
+    while (!pending.empty() && int64_t(running_.size()) < opts_.max_batch) {
+      Waiting& w = pending.front();
+      try {
+        if (w.ids.empty()) w.ids = engine_.encode(w.prompt);
+        if (w.ids.empty()) fail("the prompt is empty");
+        const int64_t n = int64_t(w.ids.size());
+        if (n + w.params.max_tokens > capacity_tokens_)
+          fail("the prompt (", n, " tokens) and max_tokens (", w.params.max_tokens, ") exceed the context of ",
+               capacity_tokens_, " tokens");
+        const int64_t need = blocks_for(n, w.params);
+        if (need > total_blocks_)
+          fail("the prompt (", n, " tokens) and max_tokens (", w.params.max_tokens, ") need ", need,
+               " KV blocks; the cache holds ", total_blocks_);
+        if (reserved_blocks_ + need > total_blocks_) break;  // waits for room
+        const RequestId id = engine_.submit(Prompt::of_ids(w.ids), w.params);
+        running_[id] = Running{w.ticket, std::move(w.sink), need};
+        reserved_blocks_ += need;
+      } catch (const Error& e) {
+        w.sink.error(w.ticket, e.what());
+      }
+      pending.pop_front();
+    }
+    std::vector<Event> events;
+    if (!engine_.idle()) {
+      try {
+        events = engine_.step();
+      } catch (const std::exception& e) {
+        // The engine's state is unknown after a failed step: every request
+        // ends with the error and nothing more is served.
+        for (auto& [id, r] : running_) r.sink.error(r.ticket, std::string("the engine failed: ") + e.what());
+        for (Waiting& w : pending) w.sink.error(w.ticket, std::string("the engine failed: ") + e.what());
+        running_.clear();
+        pending.clear();
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.failed = true;
+        stats_.failure = e.what();
+        for (Waiting& w : queue_) w.sink.error(w.ticket, std::string("the engine failed: ") + e.what());
+        queue_.clear();
+        stats_.queued = stats_.running = 0;
+        break;
+      }
+    }
+    for (const Event& e : events) {
+      auto it = running_.find(e.id);
+      if (it == running_.end()) continue;
+      it->second.sink.event(it->second.ticket, e);
+      if (e.done) {
+        reserved_blocks_ -= it->second.blocks;
+        running_.erase(it);
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    Runner& r = engine_.runner();
+    stats_.queued = int64_t(pending.size());
+    stats_.running = int64_t(running_.size());
+    stats_.kv_blocks_used = total_blocks_ - r.pool().n_free();
+    stats_.state_slots_used = r.slots().n_slots() - r.slots().n_free();
+    stats_.steps += events.empty() ? 0 : 1;
+  }
+}
+
+}  // namespace augur

@@ -1,0 +1,387 @@
+// End-to-end tests of `augur serve`: the real server on loopback, driven by
+// OpenAI's official client (the npm package `openai`) and by raw HTTP for
+// what a client library would refuse to send.
+//
+//   node tests/server/e2e.mjs AUGUR_BINARY MODEL_DIR
+//
+// Each check prints "ok NAME" or "FAIL NAME: why"; the exit status is the
+// number of failures.
+import { spawn, execFileSync } from "node:child_process";
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import OpenAI from "openai";
+
+const [augur, modelDir] = process.argv.slice(2);
+if (!augur || !modelDir) {
+  console.error("usage: node e2e.mjs AUGUR_BINARY MODEL_DIR");
+  process.exit(2);
+}
+
+// Starts `augur serve` on a free port; resolves once it listens.
+export function startServer(model, extra = []) {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(augur, ["serve", model, "--device", "cpu", "--port", "0", "--threads", "2", ...extra], {
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    let log = "";
+    const timer = setTimeout(() => reject(new Error("the server did not start:\n" + log)), 60000);
+    proc.stderr.on("data", (d) => {
+      log += d.toString();
+      const m = log.match(/listening on http:\/\/([^:]+):(\d+)/);
+      if (m) {
+        clearTimeout(timer);
+        const base = `http://127.0.0.1:${m[2]}`;
+        resolve({ proc, base, log: () => log });
+      }
+    });
+    proc.on("exit", (code) => reject(new Error(`the server exited (${code}):\n${log}`)));
+  });
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function metrics(base) {
+  const text = await (await fetch(base + "/metrics")).text();
+  const get = (name) => {
+    const m = text.match(new RegExp("^" + name + " ([0-9.e+-]+)$", "m"));
+    return m ? Number(m[1]) : NaN;
+  };
+  return { text, get };
+}
+
+// `augur run` on the same prompt, greedy: what one request alone gives.
+function runAlone(args) {
+  const out = execFileSync(augur, ["run", modelDir, "--device", "cpu", "--temperature", "0", "--json", ...args], {
+    encoding: "utf8",
+  });
+  return JSON.parse(out);
+}
+
+async function raw(base, pathName, body, headers = { "Content-Type": "application/json" }) {
+  const r = await fetch(base + pathName, { method: "POST", headers, body });
+  const text = await r.text();
+  let json = null;
+  try {
+    json = JSON.parse(text);
+  } catch {}
+  return { status: r.status, json, text };
+}
+
+const checks = [];
+const check = (name, fn) => checks.push({ name, fn });
+
+// ---- the checks (server started below) ----
+let srv, client;
+
+check("models", async () => {
+  const list = await client.models.list();
+  assert.equal(list.data.length, 1);
+  assert.equal(list.data[0].id, path.basename(modelDir));
+  const health = await fetch(srv.base + "/health");
+  assert.equal(health.status, 200);
+});
+
+check("completion equals augur run", async () => {
+  const prompt = "It was a cold morning, and";
+  const r = await client.completions.create({ model: path.basename(modelDir), prompt, max_tokens: 24, temperature: 0 });
+  const alone = runAlone(["-p", prompt, "-n", "24"]);
+  assert.equal(r.choices[0].text, alone.text);
+  assert.equal(r.choices[0].finish_reason, "length");
+  assert.equal(r.usage.completion_tokens, 24);
+  assert.equal(r.usage.prompt_tokens, alone.prompt_ids.length);
+  assert.equal(r.usage.prompt_tokens_details.cached_tokens, 0);
+});
+
+check("chat, streamed and not, equals augur run", async () => {
+  const messages = [{ role: "user", content: "Tell me of the sea." }];
+  const r = await client.chat.completions.create({ model: "augur-tiny", messages, max_tokens: 20, temperature: 0 });
+  const alone = runAlone(["--chat", "Tell me of the sea.", "-n", "20"]);
+  assert.equal(r.choices[0].message.role, "assistant");
+  assert.equal(r.choices[0].message.content, alone.text);
+  const stream = await client.chat.completions.create({
+    model: "augur-tiny", messages, max_tokens: 20, temperature: 0, stream: true,
+    stream_options: { include_usage: true },
+  });
+  let text = "", finish = null, usage = null, chunks = 0, role = null;
+  for await (const c of stream) {
+    chunks++;
+    if (c.usage) usage = c.usage;
+    for (const ch of c.choices) {
+      if (ch.delta.role) role = ch.delta.role;
+      text += ch.delta.content ?? "";
+      if (ch.finish_reason) finish = ch.finish_reason;
+    }
+  }
+  assert.equal(role, "assistant");
+  assert.equal(text, alone.text);
+  assert.equal(finish, "length");
+  assert.ok(chunks > 3, "chunks " + chunks);
+  assert.equal(usage.completion_tokens, 20);
+  assert.equal(usage.prompt_tokens, r.usage.prompt_tokens);
+});
+
+check("completion stream", async () => {
+  const stream = await client.completions.create({ model: "augur-tiny", prompt: "The king", max_tokens: 12, temperature: 0, stream: true });
+  let text = "";
+  for await (const c of stream) text += c.choices[0]?.text ?? "";
+  assert.equal(text, runAlone(["-p", "The king", "-n", "12"]).text);
+});
+
+check("stop strings", async () => {
+  const prompt = "It was a cold morning, and";
+  const full = runAlone(["-p", prompt, "-n", "24"]).text;
+  // A stop string from the middle of the greedy output.
+  const stop = full.slice(10, 14);
+  const cut = full.indexOf(stop);
+  const r = await client.completions.create({ model: "augur-tiny", prompt, max_tokens: 24, temperature: 0, stop: [stop] });
+  assert.equal(r.choices[0].text, full.slice(0, cut));
+  assert.equal(r.choices[0].finish_reason, "stop");
+  const s = await client.completions.create({ model: "augur-tiny", prompt, max_tokens: 24, temperature: 0, stop, stream: true });
+  let text = "";
+  for await (const c of s) text += c.choices[0]?.text ?? "";
+  assert.equal(text, full.slice(0, cut));
+});
+
+check("logprobs", async () => {
+  const r = await client.chat.completions.create({
+    model: "augur-tiny", messages: [{ role: "user", content: "Hello" }], max_tokens: 6, temperature: 0,
+    logprobs: true, top_logprobs: 3,
+  });
+  const lp = r.choices[0].logprobs.content;
+  assert.equal(lp.length, 6);
+  for (const t of lp) {
+    assert.equal(t.top_logprobs.length, 3);
+    assert.ok(t.logprob <= 0);
+    // greedy: the chosen token is the most likely
+    assert.equal(t.logprob, t.top_logprobs[0].logprob);
+  }
+  assert.equal(lp.map((t) => t.token).join(""), r.choices[0].message.content);
+  const c = await client.completions.create({ model: "augur-tiny", prompt: "Hello", max_tokens: 4, temperature: 0, logprobs: 2 });
+  assert.equal(c.choices[0].logprobs.tokens.length, 4);
+  assert.equal(Object.keys(c.choices[0].logprobs.top_logprobs[0]).length, 2);
+});
+
+check("n > 1", async () => {
+  const r = await client.chat.completions.create({
+    model: "augur-tiny", messages: [{ role: "user", content: "Sing" }], max_tokens: 12, temperature: 1, seed: 7, n: 3,
+  });
+  assert.equal(r.choices.length, 3);
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  assert.equal(r.usage.completion_tokens, r.choices.length * 12);
+  const texts = new Set(r.choices.map((c) => c.message.content));
+  assert.ok(texts.size > 1, "three samples all equal");
+  // Seeded: the same request gives the same choices.
+  const again = await client.chat.completions.create({
+    model: "augur-tiny", messages: [{ role: "user", content: "Sing" }], max_tokens: 12, temperature: 1, seed: 7, n: 3,
+  });
+  assert.deepEqual(again.choices.map((c) => c.message.content), r.choices.map((c) => c.message.content));
+  const greedy = await client.chat.completions.create({
+    model: "augur-tiny", messages: [{ role: "user", content: "Sing" }], max_tokens: 8, temperature: 0, n: 2, stream: true,
+  });
+  const got = ["", ""];
+  for await (const c of greedy) for (const ch of c.choices) got[ch.index] += ch.delta.content ?? "";
+  assert.equal(got[0], got[1]);
+  assert.ok(got[0].length > 0);
+});
+
+check("32 concurrent requests each equal augur run", async () => {
+  const words = ["sea", "king", "night", "bread", "river", "stone", "wind", "fire"];
+  const prompts = Array.from({ length: 32 }, (_, i) => `The ${words[i % 8]} of ${words[(i * 3 + 1) % 8]} and ${i}`);
+  const lengths = prompts.map((_, i) => 8 + (i % 5) * 4);
+  const answers = await Promise.all(prompts.map((prompt, i) =>
+    client.completions.create({ model: "augur-tiny", prompt, max_tokens: lengths[i], temperature: 0 })));
+  for (let i = 0; i < prompts.length; i++) {
+    const alone = runAlone(["-p", prompts[i], "-n", String(lengths[i])]);
+    assert.equal(answers[i].choices[0].text, alone.text, `request ${i} (${prompts[i]})`);
+  }
+});
+
+check("cancellation mid-stream frees its memory", async () => {
+  const ac = new AbortController();
+  const stream = await client.completions.create(
+    { model: "augur-tiny", prompt: "Long ago", max_tokens: 1500, temperature: 0, stream: true },
+    { signal: ac.signal });
+  let n = 0;
+  try {
+    for await (const c of stream) {
+      if (++n === 5) ac.abort();
+    }
+  } catch (e) {
+    assert.ok(e.name === "APIUserAbortError" || e.name === "AbortError", e.name);
+  }
+  let m;
+  for (let t = 0; t < 50; t++) {
+    m = await metrics(srv.base);
+    if (m.get("augur_running_requests") === 0 && m.get("augur_kv_cache_blocks_used") === 0) break;
+    await sleep(100);
+  }
+  assert.equal(m.get("augur_running_requests"), 0);
+  assert.equal(m.get("augur_kv_cache_blocks_used"), 0);
+  assert.ok(m.get("augur_cancelled_requests_total") >= 1);
+  // A non-streamed request whose client goes away is cancelled too.
+  const ac2 = new AbortController();
+  const p = client.completions.create({ model: "augur-tiny", prompt: "Long ago", max_tokens: 1500 }, { signal: ac2.signal });
+  await sleep(300);
+  ac2.abort();
+  await p.catch(() => {});
+  for (let t = 0; t < 50; t++) {
+    m = await metrics(srv.base);
+    if (m.get("augur_running_requests") === 0) break;
+    await sleep(100);
+  }
+  assert.equal(m.get("augur_running_requests"), 0);
+  assert.equal(m.get("augur_kv_cache_blocks_used"), 0);
+});
+
+check("bad requests get OpenAI errors and the server keeps serving", async () => {
+  const b = srv.base;
+  const cases = [
+    ["/v1/chat/completions", "{not json", 400, null],
+    ["/v1/chat/completions", JSON.stringify({ messages: "hi" }), 400, "messages"],
+    ["/v1/chat/completions", JSON.stringify({ messages: [] }), 400, "messages"],
+    ["/v1/chat/completions", JSON.stringify({ messages: [{ role: "user", content: 3 }] }), 400, "messages[0].content"],
+    ["/v1/chat/completions", JSON.stringify({ model: "gpt-5", messages: [{ role: "user", content: "x" }] }), 404, "model"],
+    ["/v1/chat/completions", JSON.stringify({ messages: [{ role: "user", content: "x" }], max_tokens: -1 }), 400, "max_tokens"],
+    ["/v1/chat/completions", JSON.stringify({ messages: [{ role: "user", content: "x" }], max_tokens: 1e9 }), 400, "max_tokens"],
+    ["/v1/chat/completions", JSON.stringify({ messages: [{ role: "user", content: "x" }], temperature: "hot" }), 400, "temperature"],
+    ["/v1/chat/completions", JSON.stringify({ messages: [{ role: "user", content: "x" }], frobnicate: 1 }), 400, "frobnicate"],
+    ["/v1/completions", JSON.stringify({ prompt: "x ".repeat(3000), max_tokens: 10 }), 400, null],
+    ["/v1/completions", JSON.stringify({ prompt: [1, 2, 99999999] }), 400, null],
+    ["/v1/completions", JSON.stringify({ prompt: "" }), 400, "prompt"],
+  ];
+  for (const [p, body, status, param] of cases) {
+    const r = await raw(b, p, body);
+    assert.equal(r.status, status, `${body.slice(0, 60)}: ${r.text.slice(0, 200)}`);
+    assert.ok(r.json && r.json.error && typeof r.json.error.message === "string", r.text);
+    if (param) assert.equal(r.json.error.param, param, r.text);
+  }
+  // Invalid UTF-8 inside a string.
+  const bad = Buffer.concat([Buffer.from('{"prompt": "a'), Buffer.from([0xff, 0xfe]), Buffer.from('"}')]);
+  assert.equal((await raw(b, "/v1/completions", bad)).status, 400);
+  // An oversized body (the limit is 8 MiB).
+  const big = JSON.stringify({ prompt: "a".repeat(9 << 20) });
+  const r = await raw(b, "/v1/completions", big);
+  assert.equal(r.status, 413, r.text.slice(0, 200));
+  assert.equal((await fetch(b + "/v1/nothing")).status, 404);
+  assert.equal((await fetch(b + "/v1/completions")).status, 405);
+  // The client library surfaces them as its error types.
+  await assert.rejects(client.chat.completions.create({ model: "augur-tiny", messages: [] }), (e) => e.status === 400);
+  const ok = await client.completions.create({ model: "augur-tiny", prompt: "Still", max_tokens: 3 });
+  assert.equal(ok.choices.length, 1);
+});
+
+check("fuzzed requests leave the server healthy", async () => {
+  // Mutations of valid bodies: cut short, bytes flipped, fields swapped to
+  // other types. Each must get a status, never a hang or a crash.
+  const seeds = [
+    { model: "augur-tiny", messages: [{ role: "user", content: "Hi" }], max_tokens: 4, temperature: 0.5, stop: ["a"] },
+    { model: "augur-tiny", prompt: "Hi", max_tokens: 4, logprobs: 1, n: 2 },
+  ];
+  let rnd = 12345;
+  const next = () => ((rnd = (rnd * 1103515245 + 12345) & 0x7fffffff), rnd);
+  const values = [null, -1, 1e308, "x", [], {}, true, [1, "a"], { a: 1 }, 0, 2 ** 53];
+  for (let i = 0; i < 150; i++) {
+    const base = structuredClone(seeds[i % 2]);
+    const keys = Object.keys(base);
+    let body;
+    switch (next() % 3) {
+      case 0:
+        base[keys[next() % keys.length]] = values[next() % values.length];
+        body = JSON.stringify(base);
+        break;
+      case 1:
+        body = JSON.stringify(base);
+        body = body.slice(0, next() % body.length);
+        break;
+      default: {
+        const buf = Buffer.from(JSON.stringify(base));
+        buf[next() % buf.length] = next() % 256;
+        body = buf;
+      }
+    }
+    const p = i % 2 ? "/v1/completions" : "/v1/chat/completions";
+    const r = await raw(srv.base, p, body);
+    assert.ok([200, 400, 404, 413, 429].includes(r.status), `status ${r.status} for ${body}`);
+    if (r.status !== 200) assert.ok(r.json?.error, r.text);
+  }
+  assert.equal((await fetch(srv.base + "/health")).status, 200);
+  const ok = await client.completions.create({ model: "augur-tiny", prompt: "Still", max_tokens: 3 });
+  assert.equal(ok.usage.completion_tokens, 3);
+});
+
+check("metrics", async () => {
+  const m = await metrics(srv.base);
+  for (const name of ["augur_requests_total", "augur_prompt_tokens_total", "augur_generation_tokens_total",
+    "augur_cached_prompt_tokens_total", "augur_queue_depth", "augur_running_requests", "augur_kv_cache_bytes_used",
+    "augur_state_bytes_used", "augur_prefix_cache_hit_ratio", "augur_time_to_first_token_seconds_bucket",
+    "augur_inter_token_latency_seconds_count"])
+    assert.ok(m.text.includes(name), name);
+  assert.ok(m.get("augur_generation_tokens_total") > 100);
+  assert.ok(m.get("augur_time_to_first_token_seconds_count") > 10);
+  assert.match(m.text, /augur_requests_total\{endpoint="\/v1\/completions",status="200"\} \d+/);
+});
+
+// ---- run ----
+let failures = 0;
+try {
+  srv = await startServer(modelDir);
+  client = new OpenAI({ baseURL: srv.base + "/v1", apiKey: "none", maxRetries: 0, timeout: 120000 });
+  for (const { name, fn } of checks) {
+    const t0 = Date.now();
+    try {
+      await fn();
+      console.log(`ok ${name} (${Date.now() - t0} ms)`);
+    } catch (e) {
+      failures++;
+      console.log(`FAIL ${name}: ${e.stack || e}`);
+    }
+  }
+  // Tools: a chat template that renders them (Qwen's form), on the same weights.
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "augur-tools-"));
+  for (const f of ["config.json", "model.safetensors", "tokenizer.json", "generation_config.json"])
+    if (fs.existsSync(path.join(modelDir, f))) fs.symlinkSync(path.resolve(modelDir, f), path.join(dir, f));
+  const cfg = JSON.parse(fs.readFileSync(path.join(modelDir, "tokenizer_config.json"), "utf8"));
+  cfg.chat_template = fs.readFileSync(new URL("./tools_template.jinja", import.meta.url), "utf8");
+  fs.writeFileSync(path.join(dir, "tokenizer_config.json"), JSON.stringify(cfg));
+  const t0 = Date.now();
+  const tools = await startServer(dir, ["--served-model-name", "augur-tiny"]);
+  try {
+    const tc = new OpenAI({ baseURL: tools.base + "/v1", apiKey: "none", maxRetries: 0 });
+    const messages = [{ role: "user", content: "What is the weather in Paris?" }];
+    const weather = [{ type: "function", function: { name: "get_weather", description: "The weather of a city",
+      parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }];
+    const plain = await tc.chat.completions.create({ model: "augur-tiny", messages, max_tokens: 4, temperature: 0 });
+    const withTools = await tc.chat.completions.create({ model: "augur-tiny", messages, tools: weather, max_tokens: 4, temperature: 0 });
+    // The rendered prompt carries the tool's schema.
+    assert.ok(withTools.usage.prompt_tokens > plain.usage.prompt_tokens + 20,
+      `${withTools.usage.prompt_tokens} vs ${plain.usage.prompt_tokens}`);
+    const none = await tc.chat.completions.create({ model: "augur-tiny", messages, tools: weather, tool_choice: "none", max_tokens: 4, temperature: 0 });
+    assert.equal(none.usage.prompt_tokens, plain.usage.prompt_tokens);
+    // A conversation with a tool call and its result renders and runs.
+    const turn = await tc.chat.completions.create({
+      model: "augur-tiny", tools: weather, max_tokens: 4, temperature: 0,
+      messages: [...messages,
+        { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "get_weather", arguments: '{"city": "Paris"}' } }] },
+        { role: "tool", tool_call_id: "call_1", content: "sunny, 21 C" }],
+    });
+    assert.ok(turn.usage.prompt_tokens > withTools.usage.prompt_tokens);
+    await assert.rejects(tc.chat.completions.create({ model: "augur-tiny", messages, tools: weather,
+      tool_choice: { type: "function", function: { name: "get_weather" } } }), (e) => e.status === 400);
+    console.log(`ok tools on a template that renders them (${Date.now() - t0} ms)`);
+  } catch (e) {
+    failures++;
+    console.log(`FAIL tools: ${e.stack || e}`);
+  } finally {
+    tools.proc.kill("SIGTERM");
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+} catch (e) {
+  failures++;
+  console.log(`FAIL setup: ${e.stack || e}`);
+} finally {
+  if (srv) srv.proc.kill("SIGTERM");
+}
+console.log(failures ? `${failures} failed` : "all passed");
+process.exit(failures);

@@ -1,0 +1,187 @@
+// The OpenAI schema layer: requests parsed into engine requests or errors
+// naming the field; tool calls found in output, streamed and not.
+#include <gtest/gtest.h>
+
+#include "server/openai.h"
+
+namespace augur::server {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+ApiContext context() {
+  ApiContext c;
+  c.model_name = "tiny";
+  c.max_context = 1000;
+  c.default_max_tokens = 64;
+  c.has_chat_template = true;
+  return c;
+}
+
+ApiError error_of(Endpoint e, const std::string& body) {
+  try {
+    parse_request(e, body, context(), 1);
+  } catch (const ApiError& err) {
+    return err;
+  }
+  ADD_FAILURE() << "no error for " << body;
+  return {};
+}
+
+TEST(OpenAiParse, ChatRequest) {
+  const ApiRequest r = parse_request(Endpoint::ChatCompletions, R"({
+    "model": "tiny", "messages": [{"role": "system", "content": "be brief"},
+                                  {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+    "max_completion_tokens": 9, "temperature": 0.5, "top_p": 0.9, "top_k": 5, "min_p": 0.1, "seed": 42,
+    "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1, "stop": ["x", "yz"],
+    "stream": true, "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 3, "n": 2,
+    "chat_template_kwargs": {"enable_thinking": false},
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]})",
+                                       context(), 7);
+  EXPECT_EQ(r.prompt.kind, Prompt::Kind::Chat);
+  EXPECT_EQ(r.prompt.messages[1]["content"], "ab");
+  EXPECT_EQ(r.prompt.chat_extra["enable_thinking"], false);
+  EXPECT_EQ(r.prompt.chat_extra["tools"][0]["function"]["name"], "f");
+  EXPECT_TRUE(r.tools);
+  EXPECT_EQ(r.params.max_tokens, 9);
+  EXPECT_FLOAT_EQ(r.params.sampling.temperature, 0.5f);
+  EXPECT_EQ(r.params.sampling.top_k, 5);
+  EXPECT_EQ(r.params.sampling.seed, 42u);
+  EXPECT_FLOAT_EQ(r.params.sampling.repetition_penalty, 1.1f);
+  EXPECT_EQ(r.params.stop, (std::vector<std::string>{"x", "yz"}));
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_TRUE(r.chat_logprobs);
+  EXPECT_EQ(r.params.logprobs, 3);
+  EXPECT_EQ(r.n, 2);
+}
+
+TEST(OpenAiParse, Defaults) {
+  const ApiRequest r = parse_request(Endpoint::Completions, R"({"prompt": [1, 2, 3]})", context(), 7);
+  EXPECT_EQ(r.prompt.ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(r.params.max_tokens, 64);
+  EXPECT_FLOAT_EQ(r.params.sampling.temperature, 1.0f);  // OpenAI's default
+  EXPECT_EQ(r.params.sampling.seed, 7u);                 // the server's random seed
+  EXPECT_EQ(r.params.logprobs, -1);
+  EXPECT_FALSE(r.tools);
+  // tool_choice none: the tools are not rendered.
+  const ApiRequest n = parse_request(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "x"}],
+    "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"})", context(), 1);
+  EXPECT_FALSE(n.tools);
+  EXPECT_FALSE(n.prompt.chat_extra.contains("tools"));
+}
+
+TEST(OpenAiParse, ErrorsNameTheField) {
+  struct Case {
+    Endpoint e;
+    const char* body;
+    int status;
+    const char* param;
+  };
+  const Endpoint C = Endpoint::ChatCompletions, P = Endpoint::Completions;
+  const Case cases[] = {
+      {C, "{", 400, ""},
+      {C, "[]", 400, ""},
+      {C, R"({"messages": []})", 400, "messages"},
+      {C, R"({})", 400, "messages"},
+      {C, R"({"messages": [{"role": "wizard", "content": "x"}]})", 400, "messages[0].role"},
+      {C, R"({"messages": [{"role": "user", "content": 5}]})", 400, "messages[0].content"},
+      {C, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", 400, "messages[0].content[0]"},
+      {C, R"({"model": "other", "messages": [{"role": "user", "content": "x"}]})", 404, "model"},
+      {C, R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1})", 400, "max_tokens"},
+      {C, R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 5000})", 400, "max_tokens"},
+      {C, R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 2.5})", 400, "max_tokens"},
+      {C, R"({"messages": [{"role": "user", "content": "x"}], "temperature": "warm"})", 400, "temperature"},
+      {C, R"({"messages": [{"role": "user", "content": "x"}], "temperature": 3})", 400, "temperature"},
+      {C, R"({"messages": [{"role": "user", "content": "x"}], "n": 0})", 400, "n"},
+      {C, R"({"messages": [{"role": "user", "content": "x"}], "stop": [1]})", 400, "stop"},
+      {C, R"({"messages": [{"role": "user", "content": "x"}], "stop": ["a", "b", "c", "d", "e"]})", 400, "stop"},
+      {C, R"({"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}})", 400,
+       "stream_options"},
+      {C, R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", 400, "top_logprobs"},
+      {C, R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", 400, "tool_choice"},
+      {C, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", 400, "tools[0]"},
+      {C, R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {}})", 400, "logit_bias"},
+      {P, R"({"prompt": ""})", 400, "prompt"},
+      {P, R"({"prompt": [-1]})", 400, "prompt"},
+      {P, R"({"prompt": "x", "messages": []})", 400, "messages"},
+      {P, R"({"prompt": "x", "logprobs": 9})", 400, "logprobs"},
+  };
+  for (const Case& c : cases) {
+    const ApiError e = error_of(c.e, c.body);
+    EXPECT_EQ(e.status, c.status) << c.body << ": " << e.message;
+    EXPECT_EQ(e.param, c.param) << c.body << ": " << e.message;
+    const json body = e.body();
+    EXPECT_EQ(body["error"]["message"], e.message);
+    EXPECT_EQ(body["error"]["type"], e.type);
+  }
+  ApiContext no_template = context();
+  no_template.has_chat_template = false;
+  EXPECT_THROW(parse_request(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "x"}]})",
+                             no_template, 1),
+               ApiError);
+}
+
+TEST(OpenAiToolCalls, ParsesQwenCalls) {
+  const auto calls = parse_tool_calls(
+      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+      "<tool_call>{\"name\": \"time\", \"arguments\": \"{}\"}</tool_call>");
+  ASSERT_TRUE(calls.has_value());
+  EXPECT_EQ(calls->content, "Let me check.");
+  ASSERT_EQ(calls->calls.size(), 2u);
+  EXPECT_EQ(calls->calls[0].name, "get_weather");
+  EXPECT_EQ(json::parse(calls->calls[0].arguments), json::parse(R"({"city": "Paris"})"));
+  EXPECT_EQ(calls->calls[1].arguments, "{}");
+  EXPECT_FALSE(parse_tool_calls("no calls here").has_value());
+  EXPECT_FALSE(parse_tool_calls("<tool_call>not json</tool_call>").has_value());
+  EXPECT_FALSE(parse_tool_calls("<tool_call>{\"arguments\": {}}</tool_call>").has_value());
+  // Cut off by max_tokens after a whole object: still a call.
+  EXPECT_TRUE(parse_tool_calls("<tool_call>{\"name\": \"f\"}").has_value());
+}
+
+TEST(OpenAiToolCalls, StreamHoldsBackWhatMayBeACall) {
+  ToolCallFilter f;
+  std::string sent;
+  for (const char* d : {"Hello ", "<too", "l wait", " <", "tool_", "call>{\"name\": ", "\"f\"}</tool_call>"})
+    sent += f.feed(d);
+  EXPECT_EQ(sent, "Hello <tool wait ");
+  EXPECT_EQ(f.held(), "<tool_call>{\"name\": \"f\"}</tool_call>");
+  const auto calls = parse_tool_calls(f.held());
+  ASSERT_TRUE(calls.has_value());
+  EXPECT_EQ(calls->calls[0].name, "f");
+  ToolCallFilter plain;
+  EXPECT_EQ(plain.feed("a <b> c"), "a <b> c");
+  EXPECT_EQ(plain.feed(" <"), " ");
+  EXPECT_EQ(plain.held(), "<");
+}
+
+TEST(OpenAiResponse, ChoicesUsageAndToolCalls) {
+  ApiRequest r = parse_request(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "x"}],
+    "tools": [{"type": "function", "function": {"name": "f"}}], "n": 2})", context(), 1);
+  ResponseMeta m{"chatcmpl-1", 100, "tiny"};
+  std::vector<ChoiceOutput> out(2);
+  out[0].text = "plain answer";
+  out[0].finish = FinishReason::Stop;
+  out[1].text = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}</tool_call>";
+  out[1].finish = FinishReason::Stop;
+  Usage u{10, 7, 4};
+  const json body = response_body(r, m, out, u, [](int32_t) { return std::string("t"); });
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["choices"][0]["message"]["content"], "plain answer");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
+  EXPECT_TRUE(body["choices"][1]["message"]["content"].is_null());
+  EXPECT_EQ(body["choices"][1]["message"]["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_EQ(body["choices"][1]["message"]["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(body["choices"][1]["finish_reason"], "tool_calls");
+  EXPECT_EQ(body["usage"]["total_tokens"], 17);
+  EXPECT_EQ(body["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
+  const json chunk = delta_chunk(r, m, 1, "hi", {}, true, [](int32_t) { return std::string(); });
+  EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+  EXPECT_EQ(chunk["choices"][0]["index"], 1);
+  EXPECT_EQ(chunk["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(chunk["choices"][0]["delta"]["content"], "hi");
+  EXPECT_EQ(finish_chunk(r, m, 0, "length")["choices"][0]["finish_reason"], "length");
+}
+
+}  // namespace
+}  // namespace augur::server
