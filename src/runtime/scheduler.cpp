@@ -143,22 +143,35 @@ void Scheduler::loop() {
         break;
       }
     }
+    // Finished requests leave the books and the stats first, so that a sink
+    // hearing its last event already sees its memory freed.
+    struct Delivery {
+      RequestSink sink;
+      Ticket ticket;
+      const Event* event;
+    };
+    std::vector<Delivery> deliveries;
     for (const Event& e : events) {
       auto it = running_.find(e.id);
       if (it == running_.end()) continue;
-      it->second.sink.event(it->second.ticket, e);
       if (e.done) {
         reserved_blocks_ -= it->second.blocks;
+        deliveries.push_back({std::move(it->second.sink), it->second.ticket, &e});
         running_.erase(it);
+      } else {
+        deliveries.push_back({it->second.sink, it->second.ticket, &e});
       }
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    Runner& r = engine_.runner();
-    stats_.queued = int64_t(pending.size());
-    stats_.running = int64_t(running_.size());
-    stats_.kv_blocks_used = total_blocks_ - r.pool().n_free();
-    stats_.state_slots_used = r.slots().n_slots() - r.slots().n_free();
-    stats_.steps += events.empty() ? 0 : 1;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Runner& r = engine_.runner();
+      stats_.queued = int64_t(pending.size());
+      stats_.running = int64_t(running_.size());
+      stats_.kv_blocks_used = total_blocks_ - r.pool().n_free();
+      stats_.state_slots_used = r.slots().n_slots() - r.slots().n_free();
+      stats_.steps += events.empty() ? 0 : 1;
+    }
+    for (const Delivery& d : deliveries) d.sink.event(d.ticket, *d.event);
   }
 }
 
