@@ -1,5 +1,5 @@
 // augur serve [MODEL_DIR] [--host H] [--port P] [--device D] [--max-batch B]
-//             [--memory-fraction F | --ctx TOKENS] [--draft ngram|mtp|DIR ...]
+//             [--memory-fraction F | --ctx TOKENS] [--no-prefix-cache] [--draft ngram|mtp|DIR ...]
 // The OpenAI-compatible server (server/server.h) on one model.
 #include <algorithm>
 #include <cstdio>
@@ -32,6 +32,7 @@ struct ServeArgs {
   int64_t step_tokens = 512;
   int threads = 0;
   bool warmup = true;
+  bool prefix_cache = true;
   std::string draft;
   int32_t draft_tokens = 4;
   std::string draft_vocab;
@@ -59,7 +60,11 @@ int serve(const ServeArgs& a) {
   // weights (CUDA: 0.9 by default, less 1 GiB for a step's activations; the
   // host: by default what max_batch requests of 4096 tokens fill).
   const int64_t per_token = std::max<int64_t>(1, info.kv.bytes_per_token(device));
-  const int64_t state_bytes = info.recurrent.n_layer > 0 ? info.recurrent.bytes_per_slot() * a.max_batch : 0;
+  // Hybrids: a state slot per running request, and as many copies kept by
+  // the prefix cache.
+  const int64_t prefix_states = a.prefix_cache ? a.max_batch : 0;
+  const int64_t state_bytes =
+      info.recurrent.n_layer > 0 ? info.recurrent.bytes_per_slot() * (a.max_batch + prefix_states) : 0;
   int64_t tokens = a.ctx;
   if (tokens == 0) {
     const double fraction = a.memory_fraction > 0 ? a.memory_fraction : device == Device::CUDA ? 0.9 : 0.0;
@@ -78,6 +83,8 @@ int serve(const ServeArgs& a) {
   eo.max_cached_tokens = tokens;
   eo.max_sequences = a.max_batch;
   eo.step_tokens = a.step_tokens;
+  eo.prefix_cache = a.prefix_cache;
+  eo.prefix_states = prefix_states;
   Engine engine(std::move(model), std::move(text), eo);
 
   SchedulerOptions so;
@@ -125,6 +132,8 @@ Handler add_serve(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-t,--threads", a->threads, "CPU threads (default: all cores)");
   cmd->add_flag("!--no-warmup", a->warmup, "Skip the warm-up request at start");
+  cmd->add_flag("!--no-prefix-cache", a->prefix_cache,
+                "Prefill every prompt whole (no reuse of earlier requests' KV blocks and states)");
   cmd->add_option("--draft", a->draft, "Speculative decoding for every request: ngram, mtp or a draft model's directory");
   cmd->add_option("--draft-tokens", a->draft_tokens, "Most draft tokens a step")->capture_default_str();
   cmd->add_option("--draft-vocab", a->draft_vocab, "Draft vocabulary (augur draft-vocab)");

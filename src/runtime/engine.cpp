@@ -80,6 +80,7 @@ struct Engine::Live {
   Sequence* seq = nullptr;
   size_t fed = 0;                 // prompt ids in the sequence
   int64_t cached = 0;             // of those, held before the request
+  int64_t split_at = -1;          // a prompt chunk ends here (a state for the prefix cache)
   Sampler sampler;
   std::vector<int32_t> stop_ids;
   std::vector<int32_t> generated;
@@ -126,6 +127,7 @@ Engine::Engine(std::unique_ptr<Model> model, std::optional<TextModel> text, cons
   ro.prefill_chunk = opts.step_tokens;
   ro.max_sequences = opts.max_sequences;
   runner_ = std::make_unique<Runner>(*model_, ro);
+  if (opts.prefix_cache) prefix_ = std::make_unique<PrefixCache>(runner_->pool(), runner_->kv(), opts.prefix_states);
 }
 
 Engine::~Engine() {
@@ -141,6 +143,7 @@ std::unique_ptr<Model> Engine::release() {
   live_.clear();
   sessions_.clear();
   drafters_.clear();
+  prefix_.reset();
   runner_.reset();
   return std::move(model_);
 }
@@ -281,6 +284,21 @@ RequestId Engine::submit(const Prompt& prompt, const RequestParams& params) {
   } else {
     r->own = runner_->new_sequence();
     r->seq = r->own.get();
+    // Resume from the cache (at least the last prompt id is fed, for the
+    // next-token logits). Not for requests that want every prompt logit,
+    // nor for draft sources that keep per-row state over the prompt (an
+    // MTP head's or a draft model's K/V, which the cache does not hold).
+    const bool drafter_rows = r->drafter && r->drafter->keeps_rows();
+    if (prefix_ && !params.prompt_logits && !drafter_rows) {
+      int64_t shared = 0;
+      const SequenceSnapshot hit = prefix_->lookup(r->prompt, int64_t(r->prompt.size()) - 1, &shared);
+      if (hit.length() > 0) {
+        r->own->restore(hit);
+        r->fed = size_t(hit.length());
+        r->cached = hit.length();
+      }
+      if (shared > hit.length() && shared < int64_t(r->prompt.size())) r->split_at = shared;
+    }
   }
   if (r->drafter && !r->draft) {
     r->own_draft = r->drafter->open(params.speculation);
@@ -325,6 +343,9 @@ void Engine::finish(Live& r, FinishReason why, std::vector<Event>& out) {
   out.push_back(std::move(e));
   r.event = Event();
   if (r.session) r.session->busy = false;
+  // What the request's sequence holds (its prompt and what it generated)
+  // stays for later requests.
+  if (prefix_) prefix_->insert(*r.seq, /*keep_end=*/true);
 }
 
 void Engine::accept(Live& r, int32_t token, const float* logits_row, std::vector<Event>& out) {
@@ -568,7 +589,14 @@ void Engine::launch(std::vector<Event>& out) {
   for (auto& [id, rp] : live_) {
     Live& r = *rp;
     if (r.done || !r.prefilling() || budget <= 0) continue;
-    const size_t n = std::min(r.prompt.size() - r.fed, size_t(budget));
+    size_t n = std::min(r.prompt.size() - r.fed, size_t(budget));
+    // With recurrent state the cache can resume only where a state was kept:
+    // a chunk that is not the prompt's last ends on a block boundary.
+    if (prefix_ && r.seq->state_slot() >= 0 && r.fed + n < r.prompt.size()) {
+      const size_t bs = size_t(opts_.block_size), end = (r.fed + n) / bs * bs;
+      if (end > r.fed) n = end - r.fed;
+    }
+    if (r.split_at > int64_t(r.fed) && r.split_at < int64_t(r.fed + n)) n = size_t(r.split_at) - r.fed;
     budget -= int64_t(n);
     const bool last = r.fed + n == r.prompt.size();
     const bool sample = last && r.params.max_tokens > 0;
@@ -626,6 +654,14 @@ void Engine::launch(std::vector<Event>& out) {
       // The end of a session's prompt: its recurrent state is captured, so
       // that the next turn can rewind here.
       if (!r.prefilling() && r.session && r.seq->state_slot() >= 0) r.seq->capture();
+      // The chunk's blocks go to the prefix cache at once (requests arriving
+      // meanwhile share them); with recurrent state, the state after it too
+      // where it ends on a block boundary or ends the prompt.
+      if (prefix_) {
+        const bool recurrent = r.seq->state_slot() >= 0;
+        const bool at_boundary = r.seq->length() % opts_.block_size == 0;
+        prefix_->insert(*r.seq, /*keep_end=*/recurrent && (at_boundary || !r.prefilling()));
+      }
     }
     at += n_logits[i];
     if (samples[i]) {

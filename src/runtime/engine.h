@@ -21,6 +21,7 @@
 
 #include "model/model.h"
 #include "runtime/draft.h"
+#include "runtime/prefix_cache.h"
 #include "runtime/runner.h"
 #include "runtime/sampler.h"
 #include "runtime/text_model.h"
@@ -116,6 +117,10 @@ struct EngineOptions {
   int64_t block_size = 16;
   int64_t step_tokens = 512;         // most prompt tokens one step feeds
   int64_t max_sequences = 16;        // live sequences (recurrent-state slots)
+  // Requests without a session resume from the longest prefix an earlier
+  // request left in the cache (runtime/prefix_cache.h), and leave theirs.
+  bool prefix_cache = false;
+  int64_t prefix_states = 16;        // recurrent-state copies the cache keeps (hybrid models)
 };
 
 class Engine {
@@ -127,6 +132,8 @@ class Engine {
   const ModelInfo& info() const { return model_->info(); }
   const TextModel* text() const { return text_ ? &*text_ : nullptr; }
   Runner& runner() { return *runner_; }
+  // Null unless EngineOptions::prefix_cache.
+  const PrefixCache* prefix_cache() const { return prefix_.get(); }
   // Ends every request and hands the model back (the engine is then empty).
   std::unique_ptr<Model> release();
 
@@ -178,6 +185,7 @@ class Engine {
   std::optional<TextModel> text_;
   EngineOptions opts_;
   std::unique_ptr<Runner> runner_;
+  std::unique_ptr<PrefixCache> prefix_;  // over runner_'s blocks
   // Draft sources by name and draft vocabulary (RequestParams::speculation),
   // made on first use.
   std::map<std::string, std::unique_ptr<Drafter>> drafters_;

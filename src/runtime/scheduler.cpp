@@ -168,6 +168,13 @@ void Scheduler::loop() {
       stats_.queued = int64_t(pending.size());
       stats_.running = int64_t(running_.size());
       stats_.kv_blocks_used = total_blocks_ - r.pool().n_free();
+      if (const PrefixCache* pc = engine_.prefix_cache()) {
+        const PrefixCache::Stats ps = pc->stats();
+        stats_.kv_blocks_used -= ps.blocks_only;
+        stats_.prefix_blocks = ps.blocks;
+        stats_.prefix_states = ps.states;
+        stats_.prefix_state_bytes = ps.state_bytes;
+      }
       stats_.state_slots_used = r.slots().n_slots() - r.slots().n_free();
       stats_.steps += events.empty() ? 0 : 1;
     }

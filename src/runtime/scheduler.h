@@ -72,6 +72,10 @@ class Scheduler {
     int64_t queued = 0, running = 0;
     int64_t kv_blocks_used = 0, kv_blocks_total = 0, block_size = 0, kv_block_bytes = 0;
     int64_t state_slots_used = 0, state_slots_total = 0, state_slot_bytes = 0;
+    // The prefix cache (EngineOptions::prefix_cache): blocks it holds (those
+    // no sequence shares are not counted in kv_blocks_used: they are given
+    // back when a request needs them), recurrent-state copies.
+    int64_t prefix_blocks = 0, prefix_states = 0, prefix_state_bytes = 0;
     int64_t steps = 0;
     bool failed = false;  // the engine threw: nothing more is served
     std::string failure;

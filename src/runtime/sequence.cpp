@@ -11,6 +11,8 @@ BlockPool::BlockPool(int64_t n_blocks) : refs_(size_t(n_blocks), 0) {
 }
 
 int32_t BlockPool::allocate() {
+  while (free_.empty() && reclaim_ && reclaim_()) {
+  }
   if (free_.empty()) fail("[kv_cache] out of KV blocks (", refs_.size(), " in all); raise the context size");
   int32_t id = free_.back();
   free_.pop_back();
@@ -144,6 +146,12 @@ void SequenceSnapshot::drop() {
   blocks_.clear();
   tokens_.clear();
   recurrent_ = Tensor();
+}
+
+SequenceSnapshot::SequenceSnapshot(BlockPool& pool, std::vector<int32_t> blocks, std::vector<int32_t> tokens,
+                                   Tensor recurrent)
+    : pool_(&pool), blocks_(std::move(blocks)), tokens_(std::move(tokens)), recurrent_(std::move(recurrent)) {
+  for (int32_t b : blocks_) pool_->retain(b);
 }
 
 SequenceSnapshot::~SequenceSnapshot() { drop(); }

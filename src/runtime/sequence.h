@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -23,8 +24,12 @@ namespace augur {
 class BlockPool {
  public:
   explicit BlockPool(int64_t n_blocks);
-  // Throws augur::Error when no block is free (the cache is full).
+  // Throws augur::Error when no block is free (the cache is full) and the
+  // reclaimer (when set) frees none.
   int32_t allocate();
+  // Asked for a block when none is free (the prefix cache drops entries it
+  // alone holds): returns false when it has nothing left to give back.
+  void set_reclaimer(std::function<bool()> reclaim) { reclaim_ = std::move(reclaim); }
   void retain(int32_t id);
   void release(int32_t id);
   int32_t refcount(int32_t id) const { return refs_[size_t(id)]; }
@@ -34,6 +39,7 @@ class BlockPool {
  private:
   std::vector<int32_t> refs_;
   std::vector<int32_t> free_;
+  std::function<bool()> reclaim_;
 };
 
 // Hands out recurrent-state slots of a KvCache, one per live sequence.
@@ -102,6 +108,12 @@ class Sequence {
 class SequenceSnapshot {
  public:
   SequenceSnapshot() = default;
+  // A state assembled from parts (the prefix cache's): the first
+  // tokens.size() positions live in `blocks` (one a block_size tokens, the
+  // last maybe partly), and `recurrent` (a KvCache::save_slot copy, or none
+  // for a model without recurrent state) is the state after them. Takes a
+  // reference on each block.
+  SequenceSnapshot(BlockPool& pool, std::vector<int32_t> blocks, std::vector<int32_t> tokens, Tensor recurrent);
   ~SequenceSnapshot();
   SequenceSnapshot(const SequenceSnapshot& other);
   SequenceSnapshot& operator=(const SequenceSnapshot& other);

@@ -496,11 +496,16 @@ struct Server::Impl {
     counter("augur_engine_steps_total", "Engine steps (one forward over the running batch)", double(s.steps));
     gauge("augur_queue_depth", "Requests waiting to run", double(s.queued));
     gauge("augur_running_requests", "Requests in the running batch", double(s.running));
-    gauge("augur_kv_cache_blocks_used", "KV cache blocks in use", double(s.kv_blocks_used));
+    gauge("augur_kv_cache_blocks_used", "KV cache blocks in use by requests", double(s.kv_blocks_used));
     gauge("augur_kv_cache_blocks_total", "KV cache blocks", double(s.kv_blocks_total));
     gauge("augur_kv_cache_bytes_used", "KV cache memory in use", double(s.kv_blocks_used * s.kv_block_bytes));
     gauge("augur_state_slots_used", "Recurrent-state slots in use (hybrid models)", double(s.state_slots_used));
     gauge("augur_state_bytes_used", "Recurrent-state memory in use", double(s.state_slots_used * s.state_slot_bytes));
+    gauge("augur_prefix_cache_blocks", "KV blocks the prefix cache holds (shared with requests, or free to reclaim)",
+          double(s.prefix_blocks));
+    gauge("augur_prefix_cache_states", "Recurrent-state copies the prefix cache holds (hybrid models)",
+          double(s.prefix_states));
+    gauge("augur_prefix_cache_state_bytes", "Memory of those copies", double(s.prefix_state_bytes));
     gauge("augur_prefix_cache_hit_ratio", "Cached prompt tokens over prompt tokens",
           metrics.prompt_tokens > 0 ? double(metrics.cached_tokens) / double(metrics.prompt_tokens) : 0.0);
     gauge("augur_speculative_acceptance_ratio", "Accepted over drafted tokens",

@@ -122,6 +122,33 @@ check("chat, streamed and not, equals augur run", async () => {
   assert.equal(usage.prompt_tokens, r.usage.prompt_tokens);
 });
 
+// The prefix cache: a chat's second turn holds the first turn's prompt and
+// reply, prefills only the rest, and answers as a server without the cache.
+check("second turn of a chat resumes from the first", async () => {
+  const before = (await metrics(srv.base)).get("augur_cached_prompt_tokens_total");
+  const first = [{ role: "user", content: "Where does the river go?" }];
+  const a = await client.chat.completions.create({ model: "augur-tiny", messages: first, max_tokens: 16, temperature: 0 });
+  const second = [...first, { role: "assistant", content: a.choices[0].message.content },
+    { role: "user", content: "And then?" }];
+  const b = await client.chat.completions.create({ model: "augur-tiny", messages: second, max_tokens: 16, temperature: 0 });
+  const cached = b.usage.prompt_tokens_details.cached_tokens;
+  assert.ok(cached >= a.usage.prompt_tokens, `cached ${cached} of ${b.usage.prompt_tokens}; the first turn had ${a.usage.prompt_tokens}`);
+  assert.ok(cached < b.usage.prompt_tokens);
+  const after = (await metrics(srv.base)).get("augur_cached_prompt_tokens_total");
+  assert.ok(after - before >= cached, `metrics count ${after - before} cached tokens`);
+  assert.ok((await metrics(srv.base)).get("augur_prefix_cache_blocks") > 0);
+  const cold = await startServer(modelDir, ["--no-prefix-cache", "--no-warmup"]);
+  try {
+    const cc = new OpenAI({ baseURL: cold.base + "/v1", apiKey: "none", maxRetries: 0 });
+    const c = await cc.chat.completions.create({ model: "augur-tiny", messages: second, max_tokens: 16, temperature: 0 });
+    assert.equal(c.usage.prompt_tokens_details.cached_tokens, 0);
+    assert.equal(c.usage.prompt_tokens, b.usage.prompt_tokens);
+    assert.equal(b.choices[0].message.content, c.choices[0].message.content);
+  } finally {
+    cold.proc.kill("SIGTERM");
+  }
+});
+
 check("completion stream", async () => {
   const stream = await client.completions.create({ model: "augur-tiny", prompt: "The king", max_tokens: 12, temperature: 0, stream: true });
   let text = "";
@@ -315,7 +342,7 @@ check("metrics", async () => {
   const m = await metrics(srv.base);
   for (const name of ["augur_requests_total", "augur_prompt_tokens_total", "augur_generation_tokens_total",
     "augur_cached_prompt_tokens_total", "augur_queue_depth", "augur_running_requests", "augur_kv_cache_bytes_used",
-    "augur_state_bytes_used", "augur_prefix_cache_hit_ratio", "augur_time_to_first_token_seconds_bucket",
+    "augur_state_bytes_used", "augur_prefix_cache_hit_ratio", "augur_prefix_cache_blocks", "augur_prefix_cache_states", "augur_time_to_first_token_seconds_bucket",
     "augur_inter_token_latency_seconds_count"])
     assert.ok(m.text.includes(name), name);
   assert.ok(m.get("augur_generation_tokens_total") > 100);

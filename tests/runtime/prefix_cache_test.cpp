@@ -1,0 +1,182 @@
+// The prefix cache through the engine: a request sharing a prefix with an
+// earlier one feeds only what follows it, on every family (hybrids resume
+// from a recurrent-state copy), and decodes exactly what a cold engine does;
+// blocks and states are evicted under pressure and none leaks.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "runtime/engine.h"
+
+namespace augur {
+namespace {
+
+const std::string kData = AUGUR_TEST_DATA;
+
+std::string dir_of(const std::string& name) {
+  return name == "augur-tiny" ? kData + "/../../models/augur-tiny" : kData + "/" + name;
+}
+
+std::vector<int32_t> random_ids(int n, int64_t n_vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& t : ids) t = int32_t(rng() % uint32_t(n_vocab));
+  return ids;
+}
+
+std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+struct Outcome {
+  std::vector<int32_t> ids;
+  Event done;
+};
+
+Outcome run(Engine& e, const std::vector<int32_t>& prompt, int64_t max_tokens) {
+  RequestParams p;
+  p.ignore_eos = true;
+  p.max_tokens = max_tokens;
+  Outcome o;
+  o.done = e.run(e.submit(Prompt::of_ids(prompt), p),
+                 [&](const Event& ev) { o.ids.insert(o.ids.end(), ev.ids.begin(), ev.ids.end()); });
+  return o;
+}
+
+// What an engine without a cache generates.
+std::vector<int32_t> cold(const std::string& family, const std::vector<int32_t>& prompt, int64_t max_tokens) {
+  Engine e(load_model(dir_of(family)), std::nullopt, EngineOptions{});
+  return run(e, prompt, max_tokens).ids;
+}
+
+std::unique_ptr<Engine> cached_engine(const std::string& family, EngineOptions eo = {}) {
+  eo.prefix_cache = true;
+  return std::make_unique<Engine>(load_model(dir_of(family)), std::nullopt, eo);
+}
+
+bool recurrent(const Engine& e) { return e.info().recurrent.n_layer > 0; }
+
+class PrefixCacheFamilies : public ::testing::TestWithParam<std::string> {};
+
+// A chat's next turn: the first prompt, the reply, new tokens. The engine
+// holds all the first request fed (its prompt and its reply but the last
+// token, which was sampled, not fed) and feeds only the rest; prompts
+// longer than a step's budget are fed in block-aligned chunks.
+TEST_P(PrefixCacheFamilies, SecondTurnFeedsOnlyItsNewTokens) {
+  for (int64_t step_tokens : {int64_t(512), int64_t(24)}) {
+    SCOPED_TRACE("step_tokens " + std::to_string(step_tokens));
+    EngineOptions eo;
+    eo.step_tokens = step_tokens;
+    auto e = cached_engine(GetParam(), eo);
+    const int64_t V = e->info().n_vocab;
+    const auto first = random_ids(37, V, 1);
+    const Outcome a = run(*e, first, 10);
+    EXPECT_EQ(a.done.usage.cached_tokens, 0);
+    const auto second = cat(cat(first, a.ids), random_ids(5, V, 2));
+    const Outcome b = run(*e, second, 12);
+    EXPECT_EQ(b.done.usage.cached_tokens, int64_t(first.size() + a.ids.size()) - 1);
+    EXPECT_EQ(b.done.timings.prefill_tokens, int64_t(second.size()) - b.done.usage.cached_tokens);
+    EXPECT_EQ(b.ids, cold(GetParam(), second, 12));
+    const PrefixCache::Stats s = e->prefix_cache()->stats();
+    EXPECT_EQ(s.hits, 1);
+    EXPECT_EQ(s.lookups, 2);
+    EXPECT_EQ(s.states > 0, recurrent(*e));
+  }
+}
+
+// Requests sharing a system prompt. Without recurrent state the second
+// resumes at once, into the partly matching block. With it, the second
+// request finds no state there but ends a chunk where its prompt leaves the
+// cached blocks, so the third resumes at that block boundary. Requests
+// submitted together decode as a cold engine does.
+TEST_P(PrefixCacheFamilies, RequestsSharingASystemPromptResumeFromIt) {
+  auto e = cached_engine(GetParam());
+  const int64_t V = e->info().n_vocab;
+  const auto system = random_ids(40, V, 3);
+  auto user = [&](uint32_t seed) {
+    auto u = random_ids(6, V, seed);
+    if (u[0] == system[0]) u[0] = (u[0] + 1) % int32_t(V);
+    return cat(system, u);
+  };
+  const auto pa = user(4), pb = user(5), pc = user(6);
+  EXPECT_EQ(run(*e, pa, 8).done.usage.cached_tokens, 0);
+  const Outcome b = run(*e, pb, 8);
+  const Outcome c = run(*e, pc, 8);
+  if (recurrent(*e)) {
+    EXPECT_EQ(b.done.usage.cached_tokens, 0);
+    EXPECT_EQ(c.done.usage.cached_tokens, 32);  // 40 tokens: two whole blocks of 16
+  } else {
+    EXPECT_EQ(b.done.usage.cached_tokens, 40);
+    EXPECT_EQ(c.done.usage.cached_tokens, 40);
+  }
+  EXPECT_EQ(b.ids, cold(GetParam(), pb, 8));
+  EXPECT_EQ(c.ids, cold(GetParam(), pc, 8));
+
+  // Four at once, two of them an earlier prompt again.
+  const std::vector<std::vector<int32_t>> prompts = {user(7), pa, user(8), pc};
+  RequestParams p;
+  p.ignore_eos = true;
+  p.max_tokens = 8;
+  std::vector<RequestId> ids;
+  for (const auto& q : prompts) ids.push_back(e->submit(Prompt::of_ids(q), p));
+  std::map<RequestId, std::vector<int32_t>> got;
+  std::map<RequestId, Event> done;
+  while (!e->idle())
+    for (Event& ev : e->step()) {
+      got[ev.id].insert(got[ev.id].end(), ev.ids.begin(), ev.ids.end());
+      if (ev.done) done[ev.id] = ev;
+    }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(got[ids[i]], cold(GetParam(), prompts[i], 8)) << "request " << i;
+    EXPECT_GE(done[ids[i]].usage.cached_tokens, 32) << "request " << i;
+  }
+}
+
+// A cache of 10 blocks and 6 state copies under 24 requests, two at a time
+// (each leaves two states, and five distinct prompts repeat):
+// each runs (the cache gives blocks back as requests need them), each
+// decodes as a cold engine, and afterwards every block is free or the
+// cache's alone.
+TEST_P(PrefixCacheFamilies, EvictsUnderPressureAndLeaksNothing) {
+  EngineOptions eo;
+  eo.max_cached_tokens = 160;
+  eo.prefix_states = 6;
+  auto e = cached_engine(GetParam(), eo);
+  const int64_t V = e->info().n_vocab;
+  const auto common = random_ids(20, V, 9);
+  RequestParams p;
+  p.ignore_eos = true;
+  p.max_tokens = 8;
+  for (int round = 0; round < 12; ++round) {
+    // Half the prompts extend a common prefix, half are new; some repeat.
+    std::vector<std::vector<int32_t>> prompts = {cat(common, random_ids(10, V, 100 + round % 5)),
+                                                 random_ids(30, V, 200 + round)};
+    std::vector<RequestId> ids;
+    for (const auto& q : prompts) ids.push_back(e->submit(Prompt::of_ids(q), p));
+    std::map<RequestId, std::vector<int32_t>> got;
+    while (!e->idle())
+      for (Event& ev : e->step()) got[ev.id].insert(got[ev.id].end(), ev.ids.begin(), ev.ids.end());
+    if (round % 4 != 0) continue;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(got[ids[i]], cold(GetParam(), prompts[i], 8)) << "round " << round << " request " << i;
+  }
+  const PrefixCache::Stats s = e->prefix_cache()->stats();
+  EXPECT_GT(s.hits, 0);
+  EXPECT_LE(s.states, 6);
+  EXPECT_LE(s.blocks, 10);
+  EXPECT_EQ(s.blocks_only, s.blocks);
+  EXPECT_EQ(e->runner().pool().n_free() + s.blocks_only, e->runner().pool().n_blocks());
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, PrefixCacheFamilies,
+                         ::testing::Values("llama", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_next", "augur-tiny"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace augur
