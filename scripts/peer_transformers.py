@@ -3,19 +3,10 @@
 # and times transformers' generate there (eager, greedy, bf16, SDPA); then
 #   augur bench DIR --device cuda --prompt 512 --gen 64 --batch 1,32
 # on the same checkpoint. Usage (GPU machine): python3 scripts/peer_transformers.py DIR
-import sys, time, torch, transformers
-from transformers import AutoModelForCausalLM, Qwen3Config
-out = sys.argv[1]
-cfg = Qwen3Config(hidden_size=4096, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
-                  head_dim=128, intermediate_size=12288, vocab_size=151936, max_position_embeddings=40960,
-                  rms_norm_eps=1e-6, rope_theta=1000000, tie_word_embeddings=False, eos_token_id=151645)
-t = time.time()
-torch.manual_seed(0)
-with torch.device("cuda"):
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation="sdpa")
-model.eval()
-print(f"init {time.time()-t:.1f}s", flush=True)
-t = time.time(); model.save_pretrained(out); print(f"save {time.time()-t:.1f}s", flush=True)
+import os, sys, time, torch, transformers
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from write_checkpoint import write
+model, cfg = write("qwen3-8b", sys.argv[1])
 g = torch.Generator(device="cuda").manual_seed(1)
 for batch in (1, 32):
     ids = torch.randint(0, cfg.vocab_size, (batch, 512), device="cuda", generator=g)

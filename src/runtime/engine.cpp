@@ -75,6 +75,10 @@ struct Engine::Live {
   RequestId id = 0;
   RequestParams params;
   std::vector<int32_t> prompt;    // every prompt id
+  // What prefill feeds: the prompt, or after a preemption the prompt and
+  // every token generated (the last one's logits give the next token).
+  std::vector<int32_t> input;
+  bool parked = false;            // preempted: no sequence until room frees up
   std::unique_ptr<Sequence> own;  // without a session
   Session* session = nullptr;
   Sequence* seq = nullptr;
@@ -103,7 +107,7 @@ struct Engine::Live {
   Event event;                    // what this step settled for it
 
   explicit Live(const SamplingParams& p) : sampler(p) {}
-  bool prefilling() const { return fed < prompt.size(); }
+  bool prefilling() const { return fed < input.size(); }
 };
 
 // A forward whose sampled ids are still on their way to the host.
@@ -230,6 +234,7 @@ RequestId Engine::submit(const Prompt& prompt, const RequestParams& params) {
   r->id = next_id_++;
   r->params = params;
   r->prompt = std::move(ids);
+  r->input = r->prompt;
   if (!params.speculation.draft.empty()) {
     r->drafter = &drafter(params.speculation.draft, params.speculation.draft_vocab);
     r->k_now = params.speculation.k;
@@ -288,17 +293,7 @@ RequestId Engine::submit(const Prompt& prompt, const RequestParams& params) {
     // next-token logits). Not for requests that want every prompt logit,
     // nor for draft sources that keep per-row state over the prompt (an
     // MTP head's or a draft model's K/V, which the cache does not hold).
-    const bool drafter_rows = r->drafter && r->drafter->keeps_rows();
-    if (prefix_ && !params.prompt_logits && !drafter_rows) {
-      int64_t shared = 0;
-      const SequenceSnapshot hit = prefix_->lookup(r->prompt, int64_t(r->prompt.size()) - 1, &shared);
-      if (hit.length() > 0) {
-        r->own->restore(hit);
-        r->fed = size_t(hit.length());
-        r->cached = hit.length();
-      }
-      if (shared > hit.length() && shared < int64_t(r->prompt.size())) r->split_at = shared;
-    }
+    r->cached = resume(*r);
   }
   if (r->drafter && !r->draft) {
     r->own_draft = r->drafter->open(params.speculation);
@@ -345,7 +340,7 @@ void Engine::finish(Live& r, FinishReason why, std::vector<Event>& out) {
   if (r.session) r.session->busy = false;
   // What the request's sequence holds (its prompt and what it generated)
   // stays for later requests.
-  if (prefix_) prefix_->insert(*r.seq, /*keep_end=*/true);
+  if (prefix_ && r.seq) prefix_->insert(*r.seq, /*keep_end=*/true);
 }
 
 void Engine::accept(Live& r, int32_t token, const float* logits_row, std::vector<Event>& out) {
@@ -474,6 +469,99 @@ void Engine::resolve(Inflight& f, std::vector<Event>& out) {
   if (!roll.empty()) runner_->rollback(roll, keep);
 }
 
+// A request without a session resumes from the prefix cache (at least its
+// last input id is fed, for the next-token logits). Not one that wants every
+// prompt logit, nor one whose draft source keeps per-row state over the
+// prompt (an MTP head's or a draft model's K/V, which the cache does not
+// hold). Returns the ids resumed.
+int64_t Engine::resume(Live& r) {
+  const bool drafter_rows = r.drafter && r.drafter->keeps_rows();
+  if (!prefix_ || r.params.prompt_logits || drafter_rows) return 0;
+  int64_t shared = 0;
+  const SequenceSnapshot hit = prefix_->lookup(r.input, int64_t(r.input.size()) - 1, &shared);
+  if (hit.length() > 0) {
+    r.own->restore(hit);
+    r.fed = size_t(hit.length());
+  }
+  if (shared > hit.length() && shared < int64_t(r.input.size())) r.split_at = shared;
+  return hit.length();
+}
+
+// Preemption by recompute: the request gives back its sequence (kept by the
+// prefix cache, from which it resumes unless evicted meanwhile) and waits,
+// parked, to feed its prompt and what it generated again.
+void Engine::preempt(Live& r) {
+  AUGUR_ASSERT(!r.session && !r.params.prompt_logits, "only a request without a session is preempted");
+  if (prefix_) prefix_->insert(*r.seq, /*keep_end=*/true);
+  r.own.reset();
+  r.seq = nullptr;
+  r.input = r.prompt;
+  r.input.insert(r.input.end(), r.generated.begin(), r.generated.end());
+  r.fed = 0;
+  r.pending = -1;
+  r.split_at = -1;
+  r.parked = true;
+  if (r.draft && r.drafter->keeps_rows()) {
+    r.own_draft = r.drafter->open(r.params.speculation);
+    r.draft = r.own_draft.get();
+  }
+  ++preemptions_;
+}
+
+// Before a launch: the blocks this step's rows will write (decoding rows one
+// token and their drafts, prompt chunks under the step's budget, each with a
+// copy-on-write where it starts in a shared block) must be free or held by
+// the prefix cache alone. Else the newest requests are preempted; parked
+// ones come back, oldest first, when their whole input fits beside.
+void Engine::make_room() {
+  const int64_t bs = opts_.block_size;
+  BlockPool& pool = runner_->pool();
+  auto available = [&] { return pool.n_free() + (prefix_ ? prefix_->reclaimable() : 0); };
+  auto need = [&] {
+    int64_t n = 0, budget = opts_.step_tokens;
+    for (auto& [id, r] : live_) {
+      if (r->done || r->parked) continue;
+      if (!r->prefilling()) {
+        n += r->seq->blocks_needed(1 + (r->draft ? r->params.speculation.k : 0));
+      } else if (budget > 0) {
+        const int64_t c = std::min<int64_t>(int64_t(r->input.size() - r->fed), budget);
+        budget -= c;
+        n += r->seq->blocks_needed(c);
+      }
+    }
+    return n;
+  };
+  int64_t wanted = need();
+  bool parked_any = false;
+  for (auto& [id, r] : live_) parked_any |= r->parked;
+  if (!parked_any && wanted <= pool.n_free()) return;
+  for (;;) {
+    if (wanted <= available()) break;
+    Live* victim = nullptr;
+    int64_t runnable = 0;
+    for (auto& [id, r] : live_) {
+      if (r->done || r->parked) continue;
+      ++runnable;
+      if (!r->session && !r->params.prompt_logits) victim = r.get();  // the newest
+    }
+    // The one request left runnable is never preempted: if it does not fit
+    // alone the forward reports the cache full.
+    if (!victim || runnable < 2) break;
+    preempt(*victim);
+    wanted = need();
+  }
+  for (auto& [id, r] : live_) {
+    if (r->done || !r->parked) continue;
+    const int64_t blocks = (int64_t(r->input.size()) + bs - 1) / bs + 1;
+    if (wanted + blocks > available()) break;  // in order: the oldest first
+    r->own = runner_->new_sequence();
+    r->seq = r->own.get();
+    r->parked = false;
+    resume(*r);
+    wanted += blocks;
+  }
+}
+
 Drafter& Engine::drafter(const std::string& name, const std::string& vocab_file) {
   const std::string key = name + "\n" + vocab_file;
   auto it = drafters_.find(key);
@@ -528,6 +616,7 @@ void Engine::adapt(Live& r, int64_t drafted, int64_t accepted) {
 }
 
 void Engine::launch(std::vector<Event>& out) {
+  make_room();
   std::vector<Sequence*> seqs;
   std::vector<std::span<const int32_t>> tokens;
   std::vector<int32_t> n_logits;
@@ -542,7 +631,7 @@ void Engine::launch(std::vector<Event>& out) {
   std::map<Drafter*, std::vector<Live*>> drafting;  // rows by source, drafting together
   for (auto& [id, rp] : live_) {
     Live& r = *rp;
-    if (r.done || r.prefilling()) continue;
+    if (r.done || r.prefilling()) continue;  // parked ones too: prefilling
     AUGUR_ASSERT(r.pending >= 0, "a decoding request without its next token");
     r.feed.assign(1, r.pending);
     decoding.push_back(&r);
@@ -588,21 +677,21 @@ void Engine::launch(std::vector<Event>& out) {
   }
   for (auto& [id, rp] : live_) {
     Live& r = *rp;
-    if (r.done || !r.prefilling() || budget <= 0) continue;
-    size_t n = std::min(r.prompt.size() - r.fed, size_t(budget));
+    if (r.done || r.parked || !r.prefilling() || budget <= 0) continue;
+    size_t n = std::min(r.input.size() - r.fed, size_t(budget));
     // With recurrent state the cache can resume only where a state was kept:
     // a chunk that is not the prompt's last ends on a block boundary.
-    if (prefix_ && r.seq->state_slot() >= 0 && r.fed + n < r.prompt.size()) {
+    if (prefix_ && r.seq->state_slot() >= 0 && r.fed + n < r.input.size()) {
       const size_t bs = size_t(opts_.block_size), end = (r.fed + n) / bs * bs;
       if (end > r.fed) n = end - r.fed;
     }
     if (r.split_at > int64_t(r.fed) && r.split_at < int64_t(r.fed + n)) n = size_t(r.split_at) - r.fed;
     budget -= int64_t(n);
-    const bool last = r.fed + n == r.prompt.size();
+    const bool last = r.fed + n == r.input.size();
     const bool sample = last && r.params.max_tokens > 0;
     rows.push_back(&r);
     seqs.push_back(r.seq);
-    tokens.emplace_back(r.prompt.data() + r.fed, n);
+    tokens.emplace_back(r.input.data() + r.fed, n);
     n_logits.push_back(r.params.prompt_logits ? int32_t(n) : int32_t(sample));
     samples.push_back(sample);
     verify.push_back(false);

@@ -134,6 +134,11 @@ class Engine {
   Runner& runner() { return *runner_; }
   // Null unless EngineOptions::prefix_cache.
   const PrefixCache* prefix_cache() const { return prefix_.get(); }
+  // Requests preempted so far: when a step's rows need more KV blocks than
+  // are free, the newest requests give theirs back and are fed again later
+  // (from the prefix cache where it still holds them). Greedy output is
+  // unchanged by it.
+  int64_t preemptions() const { return preemptions_; }
   // Ends every request and hands the model back (the engine is then empty).
   std::unique_ptr<Model> release();
 
@@ -177,6 +182,9 @@ class Engine {
   bool can_chain() const;
   void resolve(Inflight& f, std::vector<Event>& out);
   void launch(std::vector<Event>& out);
+  int64_t resume(Live& r);
+  void preempt(Live& r);
+  void make_room();
   Drafter& drafter(const std::string& name, const std::string& vocab_file);
   int32_t draft_budget(Live& r, int64_t room);
   void adapt(Live& r, int64_t drafted, int64_t accepted);
@@ -194,6 +202,7 @@ class Engine {
   double plain_step_s_ = 0, draft_step_s_ = 0;
   bool launched_drafts_ = false;  // the last launch fed drafts
   bool launched_prompt_ = false;  // the last launch fed a prompt chunk
+  int64_t preemptions_ = 0;
   RequestId next_id_ = 0;
   int64_t next_session_ = 0;
   std::map<RequestId, std::unique_ptr<Live>> live_;  // in submission order

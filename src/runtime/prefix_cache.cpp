@@ -229,11 +229,17 @@ void PrefixCache::insert(const Sequence& seq, bool keep_end) {
   if (recurrent_) set_state(t, kv_->save_slot(seq.state_slot()));
 }
 
+int64_t PrefixCache::reclaimable() const {
+  int64_t n = 0;
+  for (const auto& [id, e] : entries_)
+    if (id != 0 && pool_->refcount(e.block) == 1) ++n;
+  return n;
+}
+
 PrefixCache::Stats PrefixCache::stats() const {
   Stats s;
   s.blocks = int64_t(entries_.size()) - 1;
-  for (const auto& [id, e] : entries_)
-    if (id != 0 && pool_->refcount(e.block) == 1) ++s.blocks_only;
+  s.blocks_only = reclaimable();
   s.states = int64_t(states_.size());
   s.state_bytes = s.states * (recurrent_ ? kv_->recurrent_spec().bytes_per_slot() : 0);
   s.lookups = lookups_;

@@ -60,6 +60,9 @@ class PrefixCache {
   // block only where no sequence shares it.
   bool evict_one();
 
+  // Blocks the cache alone holds: given back when the pool needs them.
+  int64_t reclaimable() const;
+
   struct Stats {
     int64_t blocks = 0;       // blocks the cache holds
     int64_t blocks_only = 0;  // of those, held by no sequence (reclaimable)

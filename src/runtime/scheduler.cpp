@@ -74,6 +74,18 @@ int64_t Scheduler::blocks_for(int64_t n_prompt, const RequestParams& p) const {
   return (tokens + block_size_ - 1) / block_size_ + 1;
 }
 
+// The blocks reserved when a request is admitted: its prompt's (and one for
+// a copy-on-write); what it generates is not reserved, since the engine
+// preempts the newest requests when blocks run out (Engine::preemptions).
+// Draft sources that keep a sequence of their own (an MTP head, a draft
+// model) fill a cache of their own, which preemption does not cover: such
+// requests reserve all they may fill.
+int64_t Scheduler::blocks_reserved(int64_t n_prompt, const RequestParams& p) const {
+  const std::string& d = p.speculation.draft;
+  if (!d.empty() && d != "ngram") return blocks_for(n_prompt, p);
+  return (n_prompt + 1 + block_size_ - 1) / block_size_ + 1;
+}
+
 void Scheduler::loop() {
   std::deque<Waiting> pending;  // taken from queue_, waiting for room
   for (;;) {
@@ -114,10 +126,11 @@ void Scheduler::loop() {
         if (need > total_blocks_)
           fail("the prompt (", n, " tokens) and max_tokens (", w.params.max_tokens, ") need ", need,
                " KV blocks; the cache holds ", total_blocks_);
-        if (reserved_blocks_ + need > total_blocks_) break;  // waits for room
+        const int64_t reserve = blocks_reserved(n, w.params);
+        if (reserved_blocks_ + reserve > total_blocks_) break;  // waits for room
         const RequestId id = engine_.submit(Prompt::of_ids(w.ids), w.params);
-        running_[id] = Running{w.ticket, std::move(w.sink), need};
-        reserved_blocks_ += need;
+        running_[id] = Running{w.ticket, std::move(w.sink), reserve};
+        reserved_blocks_ += reserve;
       } catch (const Error& e) {
         w.sink.error(w.ticket, e.what());
       }
@@ -177,6 +190,7 @@ void Scheduler::loop() {
       }
       stats_.state_slots_used = r.slots().n_slots() - r.slots().n_free();
       stats_.steps += events.empty() ? 0 : 1;
+      stats_.preemptions = engine_.preemptions();
     }
     for (const Delivery& d : deliveries) d.sink.event(d.ticket, *d.event);
   }

@@ -6,9 +6,10 @@
 // decoding rows (EngineOptions::step_tokens).
 //
 // Admission: at most max_batch requests run at once, and a request runs only
-// when the KV blocks its prompt and its max_tokens can need are free beside
-// those of the running ones (so a running request never finds the cache
-// full). A request that cannot fit even alone is refused at once; a full
+// when the KV blocks of its prompt are free beside the prompts of the running
+// ones; as they generate, the engine preempts the newest when blocks run out
+// and feeds them again later (from the prefix cache where it still holds
+// them). A request that cannot fit even alone is refused at once; a full
 // queue refuses with QueueFull.
 #pragma once
 
@@ -77,6 +78,7 @@ class Scheduler {
     // back when a request needs them), recurrent-state copies.
     int64_t prefix_blocks = 0, prefix_states = 0, prefix_state_bytes = 0;
     int64_t steps = 0;
+    int64_t preemptions = 0;  // Engine::preemptions
     bool failed = false;  // the engine threw: nothing more is served
     std::string failure;
   };
@@ -99,6 +101,7 @@ class Scheduler {
   };
   void loop();
   int64_t blocks_for(int64_t n_prompt, const RequestParams& p) const;
+  int64_t blocks_reserved(int64_t n_prompt, const RequestParams& p) const;
 
   Engine& engine_;
   SchedulerOptions opts_;

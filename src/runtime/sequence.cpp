@@ -1,5 +1,6 @@
 #include "runtime/sequence.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -85,6 +86,14 @@ void Sequence::reserve(int64_t n) {
   }
   const int64_t need = (len + n + bs - 1) / bs;
   while (int64_t(blocks_.size()) < need) blocks_.push_back(pool_->allocate());
+}
+
+int64_t Sequence::blocks_needed(int64_t n) const {
+  if (n <= 0) return 0;
+  const int64_t bs = kv_->block_size(), len = length(), first = len / bs;
+  const int64_t grow = std::max<int64_t>(0, (len + n + bs - 1) / bs - int64_t(blocks_.size()));
+  const bool copy = len % bs != 0 && first < int64_t(blocks_.size()) && pool_->refcount(blocks_[size_t(first)]) > 1;
+  return grow + (copy ? 1 : 0);
 }
 
 void Sequence::append(std::span<const int32_t> tokens) {

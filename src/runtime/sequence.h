@@ -77,6 +77,9 @@ class Sequence {
   // Makes room to write `n` more tokens: allocates blocks, and copies a shared
   // block that the write would touch. Call before the forward that writes them.
   void reserve(int64_t n);
+  // The blocks reserve(n) would take from the pool (a copy-on-write
+  // included).
+  int64_t blocks_needed(int64_t n) const;
   // Records tokens whose K/V the forward has written.
   void append(std::span<const int32_t> tokens);
   // Drops everything from position `length` on (rollback of rejected drafts).

@@ -135,7 +135,7 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& text, const ApiCo
   static const std::set<std::string> common = {
       "model",      "max_tokens",        "temperature",       "top_p",  "top_k", "min_p",          "seed",
       "stop",       "presence_penalty",  "frequency_penalty", "stream", "n",     "stream_options", "logprobs",
-      "user",       "repetition_penalty"};
+      "user",       "repetition_penalty", "ignore_eos"};
   static const std::set<std::string> chat_only = {"messages", "max_completion_tokens", "top_logprobs", "tools",
                                                   "tool_choice", "chat_template_kwargs", "parallel_tool_calls"};
   static const std::set<std::string> completion_only = {"prompt"};
@@ -237,6 +237,9 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& text, const ApiCo
   if (body.contains("presence_penalty")) s.presence_penalty = float(number(body, "presence_penalty", -2, 2));
   if (body.contains("frequency_penalty")) s.frequency_penalty = float(number(body, "frequency_penalty", -2, 2));
   if (body.contains("repetition_penalty")) s.repetition_penalty = float(number(body, "repetition_penalty", 0.01, 10));
+  // ignore_eos (as vLLM and llama.cpp's servers take it): generate max_tokens
+  // whatever the model says; benchmarks ask for it.
+  if (body.contains("ignore_eos")) q.ignore_eos = boolean(body, "ignore_eos");
   s.seed = random_seed;
   if (body.contains("seed") && !body["seed"].is_null()) s.seed = uint64_t(integer(body, "seed", INT64_MIN, INT64_MAX));
   if (body.contains("n") && !body["n"].is_null()) r.n = int(integer(body, "n", 1, 16));

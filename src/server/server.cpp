@@ -493,6 +493,8 @@ struct Server::Impl {
             double(metrics.cancelled));
     counter("augur_speculative_drafted_tokens_total", "Draft tokens proposed", double(metrics.drafted));
     counter("augur_speculative_accepted_tokens_total", "Draft tokens the model accepted", double(metrics.accepted));
+    counter("augur_preemptions_total", "Requests preempted (their KV blocks given back, fed again later)",
+            double(s.preemptions));
     counter("augur_engine_steps_total", "Engine steps (one forward over the running batch)", double(s.steps));
     gauge("augur_queue_depth", "Requests waiting to run", double(s.queued));
     gauge("augur_running_requests", "Requests in the running batch", double(s.running));

@@ -169,6 +169,46 @@ TEST_P(PrefixCacheFamilies, EvictsUnderPressureAndLeaksNothing) {
   EXPECT_EQ(e->runner().pool().n_free() + s.blocks_only, e->runner().pool().n_blocks());
 }
 
+// Four requests of 80 tokens each in a 12-block cache (192 tokens): the
+// newest are preempted when the running ones need blocks, and resume later
+// (from the prefix cache, or recomputed without it); each generates what it
+// generates alone, and nothing leaks.
+TEST_P(PrefixCacheFamilies, PreemptionWhenBlocksRunOutKeepsGreedyOutput) {
+  for (bool with_cache : {true, false}) {
+    SCOPED_TRACE(with_cache ? "with the prefix cache" : "without it");
+    EngineOptions eo;
+    eo.max_cached_tokens = 192;
+    eo.prefix_cache = with_cache;
+    Engine e(load_model(dir_of(GetParam())), std::nullopt, eo);
+    const int64_t V = e.info().n_vocab;
+    RequestParams p;
+    p.ignore_eos = true;
+    p.max_tokens = 60;
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<RequestId> ids;
+    for (uint32_t i = 0; i < 4; ++i) {
+      prompts.push_back(random_ids(20, V, 300 + i));
+      ids.push_back(e.submit(Prompt::of_ids(prompts.back()), p));
+    }
+    std::map<RequestId, std::vector<int32_t>> got;
+    std::map<RequestId, Event> done;
+    while (!e.idle())
+      for (Event& ev : e.step()) {
+        got[ev.id].insert(got[ev.id].end(), ev.ids.begin(), ev.ids.end());
+        if (ev.done) done[ev.id] = ev;
+      }
+    EXPECT_GT(e.preemptions(), 0);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(got[ids[i]], cold(GetParam(), prompts[i], 60)) << "request " << i;
+      EXPECT_EQ(done[ids[i]].finish, FinishReason::Length);
+      EXPECT_EQ(done[ids[i]].usage.prompt_tokens, 20);
+      EXPECT_EQ(done[ids[i]].usage.completion_tokens, 60);
+    }
+    const int64_t cached = with_cache ? e.prefix_cache()->reclaimable() : 0;
+    EXPECT_EQ(e.runner().pool().n_free() + cached, e.runner().pool().n_blocks());
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, PrefixCacheFamilies,
                          ::testing::Values("llama", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_next", "augur-tiny"),
                          [](const auto& info) {

@@ -104,8 +104,9 @@ TEST_P(SchedulerFamilies, ConcurrentRequestsEqualEachAlone) {
 
 INSTANTIATE_TEST_SUITE_P(Families, SchedulerFamilies, ::testing::Values("qwen3", "qwen3_5"));
 
-// A cache of 8 blocks of 16 holds one request of 60 + 40 tokens at a time:
-// the second waits for the first, and one that never fits is refused.
+// A cache of 8 blocks of 16 holds the prompt of one request of 60 + 40
+// tokens beside another's at most: the second waits for the first, and one
+// that never fits is refused.
 TEST(Scheduler, AdmitsWithinTheCacheAndRefusesWhatNeverFits) {
   EngineOptions eo;
   eo.max_cached_tokens = 128;
@@ -128,8 +129,6 @@ TEST(Scheduler, AdmitsWithinTheCacheAndRefusesWhatNeverFits) {
   a.wait();
   b.wait();
   never.wait();
-  // Run together they would overflow the cache (the engine would fail, and
-  // both with it): admission ran them one after the other.
   EXPECT_EQ(a.error, "");
   EXPECT_EQ(b.error, "");
   EXPECT_EQ(a.ids.size(), 40u);
@@ -137,6 +136,43 @@ TEST(Scheduler, AdmitsWithinTheCacheAndRefusesWhatNeverFits) {
   EXPECT_NE(never.error.find("exceed the context"), std::string::npos) << never.error;
   EXPECT_FALSE(sched.stats().failed);
   EXPECT_EQ(sched.stats().kv_blocks_used, 0);
+}
+
+// Four requests of 20 + 60 tokens in a cache of 12 blocks: their prompts fit
+// together, so all are admitted; as they grow the engine preempts the newest
+// and feeds them again later. Each generates what it generates alone.
+TEST_P(SchedulerFamilies, PreemptsWhenTheCacheRunsDry) {
+  EngineOptions eo;
+  eo.max_cached_tokens = 192;
+  eo.prefix_cache = true;
+  Engine engine(load_model(kData + "/" + GetParam()), std::nullopt, eo);
+  const int64_t n_vocab = engine.info().n_vocab;
+  SchedulerOptions so;
+  so.max_batch = 4;
+  so.warmup = false;
+  RequestParams p;
+  p.max_tokens = 60;
+  p.ignore_eos = true;
+  p.sampling.temperature = 0;
+  std::vector<std::vector<int32_t>> prompts;
+  for (uint32_t i = 0; i < 4; ++i) prompts.push_back(random_ids(20, n_vocab, 40 + i));
+  {
+    Scheduler sched(engine, so);
+    std::vector<Collected> got(4);
+    for (size_t i = 0; i < 4; ++i) sched.submit(Prompt::of_ids(prompts[i]), p, got[i].sink());
+    for (auto& g : got) g.wait();
+    EXPECT_GT(sched.stats().preemptions, 0);
+    EXPECT_FALSE(sched.stats().failed);
+    EXPECT_EQ(sched.stats().kv_blocks_used, 0);
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(got[i].error, "");
+      Engine alone(load_model(kData + "/" + GetParam()), std::nullopt, EngineOptions{});
+      std::vector<int32_t> want;
+      alone.run(alone.submit(Prompt::of_ids(prompts[i]), p),
+                [&](const Event& e) { want.insert(want.end(), e.ids.begin(), e.ids.end()); });
+      EXPECT_EQ(got[i].ids, want) << "request " << i;
+    }
+  }
 }
 
 TEST(Scheduler, CancelFreesMemoryAndAFullQueueRefuses) {

@@ -63,7 +63,9 @@ TEST(OpenAiParse, Defaults) {
   EXPECT_FLOAT_EQ(r.params.sampling.temperature, 1.0f);  // OpenAI's default
   EXPECT_EQ(r.params.sampling.seed, 7u);                 // the server's random seed
   EXPECT_EQ(r.params.logprobs, -1);
+  EXPECT_FALSE(r.params.ignore_eos);
   EXPECT_FALSE(r.tools);
+  EXPECT_TRUE(parse_request(Endpoint::Completions, R"({"prompt": [1], "ignore_eos": true})", context(), 7).params.ignore_eos);
   // tool_choice none: the tools are not rendered.
   const ApiRequest n = parse_request(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "x"}],
     "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"})", context(), 1);
@@ -94,6 +96,7 @@ TEST(OpenAiParse, ErrorsNameTheField) {
       {C, R"({"messages": [{"role": "user", "content": "x"}], "temperature": "warm"})", 400, "temperature"},
       {C, R"({"messages": [{"role": "user", "content": "x"}], "temperature": 3})", 400, "temperature"},
       {C, R"({"messages": [{"role": "user", "content": "x"}], "n": 0})", 400, "n"},
+      {P, R"({"prompt": "x", "ignore_eos": 1})", 400, "ignore_eos"},
       {C, R"({"messages": [{"role": "user", "content": "x"}], "stop": [1]})", 400, "stop"},
       {C, R"({"messages": [{"role": "user", "content": "x"}], "stop": ["a", "b", "c", "d", "e"]})", 400, "stop"},
       {C, R"({"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}})", 400,
