@@ -290,7 +290,7 @@ TEST_F(CudaMatmul, RowsOfAWiderProductEqualRowsAlone) {
                                              {StreamEpi::SwiGLU, true}};
   for (auto kn : std::vector<std::pair<int64_t, int64_t>>{{4096, 1024}, {12288, 4100}, {4104, 24576}, {2048, 300}})
     for (const auto& [epi, norm] : ends)
-      for (int64_t M : {3, 5, 8}) {
+      for (int64_t M : {3, 4, 5, 8}) {
         const int64_t K = kn.first, N = kn.second, ldy = epi == StreamEpi::SwiGLU ? N / 2 : N;
         const std::vector<float> x = randn(size_t(M * K), rng), g = randn(size_t(K), rng);
         const std::vector<float> y0 = randn(size_t(M * ldy), rng);
@@ -320,8 +320,9 @@ TEST_F(CudaMatmul, RowsOfAWiderProductEqualRowsAlone) {
         const std::string what = "M " + std::to_string(M) + " K " + std::to_string(K) + " N " + std::to_string(N) +
                                  " epi " + std::to_string(int(epi)) + " norm " + std::to_string(norm);
         ASSERT_EQ(0, std::memcmp(together.data(), alone.data(), alone.size() * 4)) << what;
-        if (epi == StreamEpi::Accumulate)
+        if (epi == StreamEpi::Accumulate) {
           ASSERT_EQ(0, std::memcmp(together2.data(), alone2.data(), alone2.size() * 4)) << what << " (y2)";
+        }
       }
   // Short matrices take rows_kernel (split K) at every M.
   for (int64_t M : {3, 8}) {

@@ -150,12 +150,15 @@ __global__ void __launch_bounds__(kWarps * 32)
 // short); one bulk copy a row, so every copy starts on a 4 KB boundary of its
 // row (equal chunks of a runtime width streamed slower).
 // Consumers (kStreamConsumers warps) take 8 columns a thread of every stage,
-// for all its rows. For M <= 2 they hold their columns of x in registers for
-// the whole kernel (an x load from L2 behind the stream costs more than a
-// stage); for M = 3..8 (verify steps) x does not fit there, so each stage
-// reads its columns of x again (L1 hits mostly) and a stage holds 8 rows, not
-// 4, so that each x load serves twice the weights. At a group's end they sum
-// across warps in fixed order (deterministic). Every output is the same
+// for all its rows. Where x fits (M <= 2; M <= 5 when K <= 4096, the verify
+// steps of 1 + 4 tokens) they hold their columns of x in registers for the
+// whole kernel (an x load from L2 behind the stream costs more than a
+// stage); else (verify steps of longer K or more rows) each stage reads its
+// columns of x again from shared memory and a stage holds 8 rows, not 4, so
+// that each x load serves twice the weights. At a group's end each warp sums
+// its R x MR outputs over its lanes (warp_sums: warp_sum's order, half the
+// values handed on at each step) and warp 0 adds the warps' in fixed order
+// (deterministic). Every output is the same
 // arithmetic in the same order whatever M is (dot8 over a thread's 8 columns,
 // chunks in order, the warp's butterfly, warps in order): a row of a verify
 // step's product is bit-equal to the one-row decode step's. Each
@@ -175,15 +178,15 @@ __global__ void __launch_bounds__(kWarps * 32)
 // streams slower).
 // x: [M, K] f32 (row stride ldx, K <= MAXC * kStreamK); w: [N, K] half (K % 8
 // == 0, 16-byte aligned); y: [M, N] f32 (row stride ldy; [M, N / 2] for
-// SwiGLU); smem: slots x [R][kStreamK] half (R = stream_rows<MR>), then
+// SwiGLU); smem: slots x [R][kStreamK] half (R = stream_rows(x in registers)), then
 // full[slots], empty[slots] mbarriers, then red[2][consumers][R * MR], then
 // (NORM) the norm's [consumers][MR] and (SwiGLU) stash[units a block][MR].
-constexpr int kStreamRows = 4;      // rows a stage, M <= 2
-constexpr int kStreamRowsWide = 8;  // rows a stage, M = 3..8 (each x load from smem serves more weights; 4 measured slower)
-template <int MR>
-constexpr int stream_rows() {
-  return MR <= 2 ? kStreamRows : kStreamRowsWide;
-}
+constexpr int kStreamRows = 4;      // rows a stage, x in registers
+constexpr int kStreamRowsWide = 8;  // rows a stage, x in smem (each x load serves more weights; 4 measured slower)
+constexpr int stream_rows(bool x_in_registers) { return x_in_registers ? kStreamRows : kStreamRowsWide; }
+// Whether a thread's columns of x (MR rows of `chunks` stages) stay in
+// registers: 8 floats a row a chunk, at most 16 row-chunks.
+constexpr bool stream_x_in_registers(int MR, int64_t chunks) { return MR <= 2 || (MR <= 5 && chunks <= 2); }
 constexpr int kStreamConsumers = 8;
 constexpr int kStreamThreads = (kStreamConsumers + 1) * 32;
 constexpr int kStreamK = kStreamConsumers * 32 * 8;  // 2048 columns: 8 a consumer thread
@@ -192,15 +195,11 @@ constexpr int kStreamMaxSmem = 227 * 1024;           // a block's dynamic shared
 constexpr size_t kStreamXResident = 112 * 1024;      // M > 2: x staged whole up to this size
 
 template <int MR>
-constexpr size_t stream_header_bytes(int slots, int stash_units = 0) {
-  return size_t(2 * slots) * sizeof(uint64_t) +
-         size_t(2 * kStreamConsumers * stream_rows<MR>() * MR) * sizeof(float) +
+constexpr size_t stream_header_bytes(int rows, int slots, int stash_units = 0) {
+  return size_t(2 * slots) * sizeof(uint64_t) + size_t(2 * kStreamConsumers * rows * MR) * sizeof(float) +
          size_t(kStreamConsumers * MR + stash_units * MR) * sizeof(float);
 }
-template <int MR>
-constexpr size_t stream_stage_bytes() {
-  return size_t(stream_rows<MR>()) * kStreamK * sizeof(uint16_t);
-}
+constexpr size_t stream_stage_bytes(int rows) { return size_t(rows) * kStreamK * sizeof(uint16_t); }
 
 // A thread's 8 columns of one row of x against one weight row: every path of
 // the stream kernel sums through here, so all contract the same way.
@@ -210,6 +209,39 @@ __device__ __forceinline__ float dot8(const float (&x)[8], const float (&w)[8]) 
   for (int e = 0; e < 8; ++e) sum += x[e] * w[e];
   return sum;
 }
+
+// Sums each of N values over the warp (N a power of two, at most 32) in
+// warp_sum's order, so each sum is bit-equal to warp_sum's: at the step of
+// offset o a lane keeps half its values and takes its partner's partial
+// sums of them (the partner keeps the other half), so the first log2(N)
+// steps shuffle N - 1 values in all instead of 5 N; the rest is warp_sum's
+// tail on the one value left. Lane l ends with value l / (32 / N).
+// (A step a template level, so that every index is a constant and v stays
+// in registers: as a loop, ptxas kept v in local memory.)
+template <int H, int O, int N>
+__device__ __forceinline__ void warp_sums_step(float (&v)[N], int lane) {
+  if constexpr (H >= 1) {
+    const bool upper = (lane & O) != 0;
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+      const float send = upper ? v[i] : v[i + H];
+      const float keep = upper ? v[i + H] : v[i];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+    }
+    warp_sums_step<H / 2, O / 2>(v, lane);
+  }
+}
+template <int N>
+__device__ __forceinline__ float warp_sums(float (&v)[N], int lane) {
+  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "warp_sums: N a power of two up to 32");
+  warp_sums_step<N / 2, 16>(v, lane);
+  float sum = v[0];
+#pragma unroll
+  for (int o = 16 / N; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  return sum;
+}
+
+constexpr int pow2_at_least(int v) { return v <= 1 ? 1 : 2 * pow2_at_least((v + 1) / 2); }
 
 // The fused ends are template parameters and plain arguments, not a struct
 // of runtime choices: that form made the plain GEMV measurably slower.
@@ -224,8 +256,11 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
                   const float* __restrict__ g_norm, float eps, float* __restrict__ y2, int xbufs) {
   constexpr bool swiglu = EPI == StreamEpi::SwiGLU;
   extern __shared__ __align__(128) unsigned char smem[];
-  constexpr int R = stream_rows<MR>(), KC = kStreamK;
-  constexpr bool kXReg = MR <= 2;  // x held in registers (else read each stage)
+  // MAXC: the most chunks of K; 1 means x is read from shared memory each
+  // stage (run_stream's choice, stream_x_in_registers), more that it is held
+  // in registers.
+  constexpr bool kXReg = MAXC > 1;
+  constexpr int R = stream_rows(kXReg), KC = kStreamK;
   constexpr int kOuts = (R * MR + 31) / 32;  // outputs of a group a lane of warp 0 owns
   uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
   // M > 2: x (and the norm's gain) staged by each consumer thread for its
@@ -437,9 +472,11 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
 #pragma unroll
           for (int r = 0; r < R; ++r) unpack8<F16>(*reinterpret_cast<const uint4*>(st + r * KC), wf[r]);
 #pragma unroll
-          for (int m = 0; m < MR; ++m)
+          for (int m = 0; m < MR; ++m) {
+            if (MR > 2 && m >= M) break;
 #pragma unroll
             for (int r = 0; r < R; ++r) acc[r][m] += dot8(xr[c][m], wf[r]);
+          }
         }
         release();
       }
@@ -487,13 +524,19 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     // alternates between two halves, so a half is rewritten only after the
     // next barrier, which warp 0 reaches after reading it.
     float* rg = red + (g & 1) * kStreamConsumers * R * MR;
+    {
+      // Output o = r * MR + m, by warp_sums in parts of up to 32.
+      constexpr int V = R * MR, P = pow2_at_least(V < 32 ? V : 32), per = 32 / P;
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+      for (int o0 = 0; o0 < V; o0 += P) {
+        float v[P];
 #pragma unroll
-      for (int m = 0; m < MR; ++m) {
-        const float v = warp_sum(acc[r][m]);
-        if (lane == 0) rg[warp * R * MR + r * MR + m] = v;
+        for (int i = 0; i < P; ++i) v[i] = o0 + i < V ? acc[(o0 + i) / MR][(o0 + i) % MR] : 0.f;
+        const float sum = warp_sums<P>(v, lane);
+        const int o = o0 + lane / per;
+        if (lane % per == 0 && o < V) rg[warp * V + o] = sum;
       }
+    }
     asm volatile("bar.sync 1, %0;" ::"n"(kStreamConsumers * 32) : "memory");
     if (warp == 0) {
 #pragma unroll
@@ -555,7 +598,7 @@ struct SkinnyPlan {
 // Warp tiles an SM below which plan_skinny splits K.
 constexpr int kSplitBelow = 4;
 
-// The stream kernel for M <= 8 (MR = 1, 2, 4 or 8) and K <= kStreamMaxChunks
+// The stream kernel for M <= 8 (MR = 1, 2, 4, 5 or 8) and K <= kStreamMaxChunks
 // stages' columns: as many stages as the ring holds.
 struct StreamLaunch {
   const StreamGemv& q;
@@ -571,8 +614,9 @@ size_t stream_x_bytes(const StreamGemv& q, int xbufs) {
 
 template <int MR, int MAXC, bool F16, StreamEpi EPI, bool NORM>
 void launch_stream(const StreamLaunch& l, Stream s) {
-  const size_t smem = size_t(l.slots) * stream_stage_bytes<MR>() + stream_x_bytes(l.q, l.xbufs) +
-                     stream_header_bytes<MR>(l.slots, l.stash_units);
+  constexpr int rows = stream_rows(MAXC > 1);
+  const size_t smem = size_t(l.slots) * stream_stage_bytes(rows) + stream_x_bytes(l.q, l.xbufs) +
+                     stream_header_bytes<MR>(rows, l.slots, l.stash_units);
   auto kernel = stream_kernel<MR, MAXC, F16, EPI, NORM>;
   static size_t granted = 0;  // per instantiation: the dynamic smem the attribute allows
   if (smem > granted) {
@@ -588,9 +632,12 @@ void launch_stream(const StreamLaunch& l, Stream s) {
 template <int MR, bool F16, StreamEpi EPI, bool NORM>
 void launch_stream(const StreamLaunch& l, Stream s) {
   const int64_t chunks = ceil_div(l.q.K, int64_t(kStreamK));
-  if constexpr (MR > 2)  // x is not held in registers: one form for every K
+  if constexpr (MR > 2) {  // x in registers up to two chunks (stream_x_in_registers), else in smem for every K
+    if constexpr (stream_x_in_registers(MR, 2)) {
+      if (l.xbufs == 0) return launch_stream<MR, 2, F16, EPI, NORM>(l, s);
+    }
     launch_stream<MR, 1, F16, EPI, NORM>(l, s);
-  else if (chunks <= 2)
+  } else if (chunks <= 2)
     launch_stream<MR, 2, F16, EPI, NORM>(l, s);
   else if (chunks <= 3)
     launch_stream<MR, 3, F16, EPI, NORM>(l, s);
@@ -619,20 +666,20 @@ void launch_stream(const StreamLaunch& l, Stream s) {
 
 template <int MR>
 void run_stream(const StreamGemv& q, Stream s, int sm_count) {
-  constexpr size_t stage = stream_stage_bytes<MR>();
+  const int64_t chunks = ceil_div(q.K, int64_t(kStreamK));
+  const bool x_reg = stream_x_in_registers(MR, chunks);
+  const int rows = stream_rows(x_reg);
+  const size_t stage = stream_stage_bytes(rows);
   const bool swiglu = q.epi == StreamEpi::SwiGLU;
   const int64_t units = swiglu ? q.N / 2 : q.N;
   const int grid = int(std::min<int64_t>(sm_count, units));
   const int stash = swiglu ? int(ceil_div(units, int64_t(grid))) : 0;
-  // M > 2: x resident in shared memory where it fits in kStreamXResident,
-  // else two chunks of it in turn.
+  // x not in registers: resident in shared memory where it fits in
+  // kStreamXResident, else two chunks of it in turn.
   int xbufs = 0;
-  if constexpr (MR > 2) {
-    const int chunks = int(ceil_div(q.K, int64_t(kStreamK)));
-    xbufs = stream_x_bytes(q, chunks) <= kStreamXResident ? chunks : 2;
-  }
+  if (!x_reg) xbufs = stream_x_bytes(q, int(chunks)) <= kStreamXResident ? int(chunks) : 2;
   // The ring gives way to a large stash (few SMs, wide SwiGLU) and to x.
-  const size_t header = stream_header_bytes<MR>(16, stash) + stream_x_bytes(q, xbufs);
+  const size_t header = stream_header_bytes<MR>(rows, 16, stash) + stream_x_bytes(q, xbufs);
   const int ring_kb = std::clamp(q.ring_kb, 32, 224);
   const int slots = std::min(std::max(2, int(size_t(ring_kb) * 1024 / stage)),
                              int((size_t(kStreamMaxSmem) - std::min(header, size_t(kStreamMaxSmem))) / stage));
@@ -655,6 +702,8 @@ void run_stream(const StreamGemv& q, Stream s, int sm_count) {
     run_stream<2>(q, s, sm_count);
   else if (q.M <= 4)
     run_stream<4>(q, s, sm_count);
+  else if (q.M == 5)
+    run_stream<5>(q, s, sm_count);
   else
     run_stream<8>(q, s, sm_count);
 }
