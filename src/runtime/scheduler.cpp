@@ -176,13 +176,15 @@ void Scheduler::loop() {
       }
     }
     {
+      // The cache's figures are counted before the lock (a walk over its entries).
+      const PrefixCache* pc = engine_.prefix_cache();
+      const PrefixCache::Stats ps = pc ? pc->stats() : PrefixCache::Stats{};
       std::lock_guard<std::mutex> lock(mu_);
       Runner& r = engine_.runner();
       stats_.queued = int64_t(pending.size());
       stats_.running = int64_t(running_.size());
       stats_.kv_blocks_used = total_blocks_ - r.pool().n_free();
-      if (const PrefixCache* pc = engine_.prefix_cache()) {
-        const PrefixCache::Stats ps = pc->stats();
+      if (pc) {
         stats_.kv_blocks_used -= ps.blocks_only;
         stats_.prefix_blocks = ps.blocks;
         stats_.prefix_states = ps.states;

@@ -12,6 +12,7 @@
 #include "runtime/draft_fixtures.h"
 #include "runtime/engine.h"
 #include "runtime/perplexity.h"
+#include "families.h"
 
 namespace augur {
 namespace {
@@ -100,14 +101,7 @@ TEST_P(CudaSpeculative, GreedyWithDraftsEqualsPlainGreedy) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, CudaSpeculative,
-                         ::testing::Values("llama", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_next", "augur-tiny"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Families, CudaSpeculative, test::every_family(), test::family_test_name);
 
 // augur-tiny's MTP head on the device agrees with its greedy choice as often
 // as on the CPU (held-out window, teacher-forced).

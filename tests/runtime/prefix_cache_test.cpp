@@ -7,6 +7,7 @@
 #include <random>
 
 #include "runtime/engine.h"
+#include "families.h"
 
 namespace augur {
 namespace {
@@ -209,14 +210,7 @@ TEST_P(PrefixCacheFamilies, PreemptionWhenBlocksRunOutKeepsGreedyOutput) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, PrefixCacheFamilies,
-                         ::testing::Values("llama", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_next", "augur-tiny"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Families, PrefixCacheFamilies, test::every_family(), test::family_test_name);
 
 }  // namespace
 }  // namespace augur

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "runtime/engine.h"
+#include "families.h"
 
 namespace augur {
 namespace {
@@ -134,14 +135,7 @@ TEST_P(Speculative, BatchEqualsEachAlone) {
   EXPECT_GT(rounds, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, Speculative,
-                         ::testing::Values("llama", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_next", "augur-tiny"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& c : s)
-                             if (c == '-') c = '_';
-                           return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(Families, Speculative, test::every_family(), test::family_test_name);
 
 // The rollback itself, per hybrid fixture: after a verify of k drafts of
 // which j are kept (every j in 0..k), the recurrent state and the next
