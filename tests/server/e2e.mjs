@@ -12,6 +12,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import OpenAI from "openai";
+import { writeChainModel } from "./chain_model.mjs";
 
 const [augur, modelDir] = process.argv.slice(2);
 if (!augur || !modelDir) {
@@ -403,6 +404,68 @@ try {
   } finally {
     tools.proc.kill("SIGTERM");
     fs.rmSync(dir, { recursive: true, force: true });
+  }
+  // Tool calls in the model's output: a checkpoint whose greedy reply is a
+  // call (chain_model.mjs), through the same tools template.
+  const chainDir = fs.mkdtempSync(path.join(os.tmpdir(), "augur-chain-"));
+  const call = '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n';
+  writeChainModel(chainDir, ["<tool_call>", call, "</tool_call>"],
+    fs.readFileSync(new URL("./tools_template.jinja", import.meta.url), "utf8"));
+  const t1 = Date.now();
+  const chain = await startServer(chainDir, ["--served-model-name", "chain"]);
+  try {
+    const cc = new OpenAI({ baseURL: chain.base + "/v1", apiKey: "none", maxRetries: 0 });
+    const messages = [{ role: "user", content: "What is the weather in Paris?" }];
+    const weather = [{ type: "function", function: { name: "get_weather", description: "The weather of a city",
+      parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }];
+    // Without tools the reply is the text itself.
+    const text = await cc.chat.completions.create({ model: "chain", messages, max_tokens: 16, temperature: 0 });
+    assert.equal(text.choices[0].message.content, "<tool_call>" + call + "</tool_call>");
+    assert.equal(text.choices[0].finish_reason, "stop");
+    assert.equal(text.choices[0].message.tool_calls, undefined);
+    // With tools it is a call.
+    const r = await cc.chat.completions.create({ model: "chain", messages, tools: weather, max_tokens: 16, temperature: 0 });
+    const m = r.choices[0].message;
+    assert.equal(r.choices[0].finish_reason, "tool_calls");
+    assert.equal(m.content, null);
+    assert.equal(m.tool_calls.length, 1);
+    assert.equal(m.tool_calls[0].type, "function");
+    assert.ok(m.tool_calls[0].id.length > 0);
+    assert.equal(m.tool_calls[0].function.name, "get_weather");
+    assert.deepEqual(JSON.parse(m.tool_calls[0].function.arguments), { city: "Paris" });
+    // Streamed: the call comes as tool_calls deltas, none of its text as content.
+    const stream = await cc.chat.completions.create({ model: "chain", messages, tools: weather, max_tokens: 16,
+      temperature: 0, stream: true });
+    let content = "", name = "", args = "", finish = null, ids = new Set();
+    for await (const chunk of stream) {
+      const c = chunk.choices[0];
+      if (!c) continue;
+      content += c.delta?.content ?? "";
+      for (const tc of c.delta?.tool_calls ?? []) {
+        assert.equal(tc.index, 0);
+        if (tc.id) ids.add(tc.id);
+        name += tc.function?.name ?? "";
+        args += tc.function?.arguments ?? "";
+      }
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+    assert.equal(content, "");
+    assert.equal(name, "get_weather");
+    assert.deepEqual(JSON.parse(args), { city: "Paris" });
+    assert.equal(ids.size, 1);
+    assert.equal(finish, "tool_calls");
+    // The call and its result go back as the next turn's history.
+    const next = await cc.chat.completions.create({ model: "chain", tools: weather, max_tokens: 16, temperature: 0,
+      messages: [...messages, m, { role: "tool", tool_call_id: m.tool_calls[0].id, content: "sunny, 21 C" }] });
+    assert.ok(next.usage.prompt_tokens > r.usage.prompt_tokens);
+    assert.equal(next.choices[0].finish_reason, "tool_calls");
+    console.log(`ok tool calls in the model's output (${Date.now() - t1} ms)`);
+  } catch (e) {
+    failures++;
+    console.log(`FAIL tool calls in the model's output: ${e.stack || e}`);
+  } finally {
+    chain.proc.kill("SIGTERM");
+    fs.rmSync(chainDir, { recursive: true, force: true });
   }
 } catch (e) {
   failures++;

@@ -3,7 +3,9 @@
 
     build_corpus.py [OUT_DIR] [--src SRC_DIR] [--bible PROGRAM]
 
-OUT_DIR (default build/corpus) receives train.jsonl, heldout.jsonl and
+OUT_DIR (default build/corpus) receives train.jsonl, heldout.jsonl,
+heldout.txt (the held-out documents joined by <|endoftext|>, the text
+train_tiny.py evaluates on and `augur perplexity --file` reads) and
 stats.json. SRC_DIR (default build/corpus-src) is where build_corpus.sh put the
 unpacked Debian packages (root/) and npm packages (npm/<name>/package/), plus
 versions.tsv. The Bible comes from the `bible` program of Debian's bible-kjv.
@@ -577,6 +579,8 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     write_jsonl(os.path.join(args.out, "train.jsonl"), train)
     write_jsonl(os.path.join(args.out, "heldout.jsonl"), heldout)
+    with open(os.path.join(args.out, "heldout.txt"), "w", encoding="utf-8", newline="") as f:
+        f.write("<|endoftext|>".join(d.text() for d in heldout))
     stats = {
         "train": split_stats(train),
         "heldout": split_stats(heldout),
@@ -593,7 +597,7 @@ def main():
         t = stats[name]["total"]
         log(f"{name}: {t['documents']} documents, {t['characters']} characters, "
             f"{t['bytes']} bytes")
-    log(f"wrote {args.out}/train.jsonl, heldout.jsonl, stats.json")
+    log(f"wrote {args.out}/train.jsonl, heldout.jsonl, heldout.txt, stats.json")
 
 
 if __name__ == "__main__":
