@@ -44,10 +44,11 @@ function writeSafetensors(file, tensors) {
   fs.writeFileSync(file, Buffer.concat(parts));
 }
 
-// dir: where to write; pieces: strings (or the names of added tokens) that
-// follow the prompt's last token "\n" in order; chatTemplate: the
-// tokenizer_config's template. Returns the ids of the chain.
-export function writeChainModel(dir, pieces, chatTemplate) {
+// A byte-level tokenizer (tokenizer.json and tokenizer_config.json in dir):
+// 256 byte tokens, the ChatML specials, <tool_call> and </tool_call>, then
+// each of `pieces` as a token of its own. Returns each added token's and
+// piece's id, and the vocabulary's size.
+export function writeByteTokenizer(dir, pieces, chatTemplate) {
   const chars = byteChars();
   const vocab = {};
   for (let b = 0; b < 256; ++b) vocab[chars[b]] = b;
@@ -65,8 +66,32 @@ export function writeChainModel(dir, pieces, chatTemplate) {
     vocab[text] = next;
     idOf.set(p, next++);
   }
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(path.join(dir, "tokenizer.json"), JSON.stringify({
+    version: "1.0", truncation: null, padding: null,
+    added_tokens: added.map((t) => ({ id: idOf.get(t), content: t, single_word: false, lstrip: false, rstrip: false,
+      normalized: false, special: specials.includes(t) })),
+    normalizer: null,
+    pre_tokenizer: { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true },
+    post_processor: null,
+    decoder: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
+    model: { type: "BPE", dropout: null, unk_token: null, continuing_subword_prefix: null, end_of_word_suffix: null,
+      fuse_unk: false, byte_fallback: false, ignore_merges: false, vocab, merges: [] },
+  }));
+  fs.writeFileSync(path.join(dir, "tokenizer_config.json"), JSON.stringify({
+    tokenizer_class: "PreTrainedTokenizerFast", bos_token: null, eos_token: "<|im_end|>", pad_token: "<|endoftext|>",
+    add_bos_token: false, chat_template: chatTemplate,
+  }));
+  return { idOf, size: next };
+}
+
+// dir: where to write; pieces: strings (or the names of added tokens) that
+// follow the prompt's last token "\n" in order; chatTemplate: the
+// tokenizer_config's template. Returns the ids of the chain.
+export function writeChainModel(dir, pieces, chatTemplate) {
+  const { idOf, size } = writeByteTokenizer(dir, pieces, chatTemplate);
   const V = 320, D = 320, I = 64, L = 1;
-  if (next > V) throw new Error("chain model: too many pieces");
+  if (size > V) throw new Error("chain model: too many pieces");
   const imEnd = idOf.get("<|im_end|>");
 
   const successor = new Array(V).fill(imEnd);
@@ -101,7 +126,6 @@ export function writeChainModel(dir, pieces, chatTemplate) {
   tensors["model.norm.weight"] = { shape: [D], data: ones(D) };
   tensors["lm_head.weight"] = { shape: [V, D], data: head };
 
-  fs.mkdirSync(dir, { recursive: true });
   writeSafetensors(path.join(dir, "model.safetensors"), tensors);
   fs.writeFileSync(path.join(dir, "config.json"), JSON.stringify({
     architectures: ["LlamaForCausalLM"], model_type: "llama", dtype: "float32", hidden_act: "silu",
@@ -111,20 +135,5 @@ export function writeChainModel(dir, pieces, chatTemplate) {
     attention_bias: false, mlp_bias: false, vocab_size: V, bos_token_id: null, eos_token_id: imEnd,
   }, null, 1));
   fs.writeFileSync(path.join(dir, "generation_config.json"), JSON.stringify({ eos_token_id: [imEnd], pad_token_id: idOf.get("<|endoftext|>") }));
-  fs.writeFileSync(path.join(dir, "tokenizer.json"), JSON.stringify({
-    version: "1.0", truncation: null, padding: null,
-    added_tokens: added.map((t) => ({ id: idOf.get(t), content: t, single_word: false, lstrip: false, rstrip: false,
-      normalized: false, special: specials.includes(t) })),
-    normalizer: null,
-    pre_tokenizer: { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true },
-    post_processor: null,
-    decoder: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
-    model: { type: "BPE", dropout: null, unk_token: null, continuing_subword_prefix: null, end_of_word_suffix: null,
-      fuse_unk: false, byte_fallback: false, ignore_merges: false, vocab, merges: [] },
-  }));
-  fs.writeFileSync(path.join(dir, "tokenizer_config.json"), JSON.stringify({
-    tokenizer_class: "PreTrainedTokenizerFast", bos_token: null, eos_token: "<|im_end|>", pad_token: "<|endoftext|>",
-    add_bos_token: false, chat_template: chatTemplate,
-  }));
   return chain;
 }

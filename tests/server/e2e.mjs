@@ -12,7 +12,8 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import OpenAI from "openai";
-import { writeChainModel } from "./chain_model.mjs";
+import { fileURLToPath } from "node:url";
+import { writeByteTokenizer, writeChainModel } from "./chain_model.mjs";
 
 const [augur, modelDir] = process.argv.slice(2);
 if (!augur || !modelDir) {
@@ -466,6 +467,46 @@ try {
   } finally {
     chain.proc.kill("SIGTERM");
     fs.rmSync(chainDir, { recursive: true, force: true });
+  }
+  // The prefix cache on a hybrid fixture (Gated DeltaNet + gated attention,
+  // random weights) with a byte-level tokenizer: a second turn resumes from
+  // the first's recurrent state and answers as a cold server does.
+  const hybridDir = fs.mkdtempSync(path.join(os.tmpdir(), "augur-qwen3_5-"));
+  const fixture = fileURLToPath(new URL("../data/qwen3_5/", import.meta.url));
+  for (const f of ["config.json", "model.safetensors"]) fs.symlinkSync(path.join(fixture, f), path.join(hybridDir, f));
+  writeByteTokenizer(hybridDir, [], fs.readFileSync(new URL("./tools_template.jinja", import.meta.url), "utf8"));
+  const t2 = Date.now();
+  const warm = await startServer(hybridDir, ["--served-model-name", "qwen3_5"]);
+  try {
+    const wc = new OpenAI({ baseURL: warm.base + "/v1", apiKey: "none", maxRetries: 0 });
+    const first = [{ role: "user", content: "Where does the river go?" }];
+    const a = await wc.chat.completions.create({ model: "qwen3_5", messages: first, max_tokens: 16, temperature: 0 });
+    const second = [...first, { role: "assistant", content: a.choices[0].message.content },
+      { role: "user", content: "And then?" }];
+    const b = await wc.chat.completions.create({ model: "qwen3_5", messages: second, max_tokens: 16, temperature: 0 });
+    const cached = b.usage.prompt_tokens_details.cached_tokens;
+    assert.ok(cached >= a.usage.prompt_tokens && cached < b.usage.prompt_tokens,
+      `cached ${cached} of ${b.usage.prompt_tokens}; the first turn had ${a.usage.prompt_tokens}`);
+    const m = await metrics(warm.base);
+    assert.equal(m.get("augur_cached_prompt_tokens_total"), cached);
+    assert.ok(m.get("augur_prefix_cache_states") > 0);
+    const cold = await startServer(hybridDir, ["--no-prefix-cache", "--no-warmup", "--served-model-name", "qwen3_5"]);
+    try {
+      const cc = new OpenAI({ baseURL: cold.base + "/v1", apiKey: "none", maxRetries: 0 });
+      const c = await cc.chat.completions.create({ model: "qwen3_5", messages: second, max_tokens: 16, temperature: 0 });
+      assert.equal(c.usage.prompt_tokens_details.cached_tokens, 0);
+      assert.equal(c.usage.prompt_tokens, b.usage.prompt_tokens);
+      assert.equal(b.choices[0].message.content, c.choices[0].message.content);
+    } finally {
+      cold.proc.kill("SIGTERM");
+    }
+    console.log(`ok second turn on the qwen3_5 fixture resumes from the first (cached ${cached} of ${b.usage.prompt_tokens}; ${Date.now() - t2} ms)`);
+  } catch (e) {
+    failures++;
+    console.log(`FAIL second turn on the qwen3_5 fixture: ${e.stack || e}`);
+  } finally {
+    warm.proc.kill("SIGTERM");
+    fs.rmSync(hybridDir, { recursive: true, force: true });
   }
 } catch (e) {
   failures++;
