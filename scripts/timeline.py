@@ -3,10 +3,14 @@
 by a profile build: -DAUGUR_CUDA_PROFILE=ON, `PROFILE=1
 scripts/build_cuda_bundle.sh`) and prints where a decode step spends its time.
 
-  timeline.py FILE [--steps N]
+  timeline.py FILE [--steps N] [--with NAME]
 
 Steps start at each embedding_kernel; the last N steps with the most common
-kernel count (the decode steps) are averaged position by position. For each
+kernel count (the decode steps) are averaged position by position. --with
+keeps only steps with a kernel whose name contains NAME (a speculative run's
+verify steps: --with 'stream_kernel<5' for 1 + 4 tokens; its first, plain
+run has more steps). The step's period (start to the next step's start)
+is printed beside its span: the difference is host time between steps. For each
 kernel: "adds", its end minus the previous kernel's end (the time the step's
 critical path spends on it, as kernels finish in order), "gap", its start
 minus the previous end (negative: it was resident early, through PDL), and
@@ -30,6 +34,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("file")
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--with", dest="with_name", default="")
     args = ap.parse_args()
     with open(args.file) as f:
         ks = [(int(r["start_ns"]), int(r["end_ns"]), short(r["name"]), int(r["grid"])) for r in csv.DictReader(f)]
@@ -44,8 +49,13 @@ def main():
     if not steps:
         print("no steps (no embedding_kernel in the timeline)")
         return
-    mode = collections.Counter(len(s) for s in steps).most_common(1)[0][0]
-    chosen = [s for s in steps if len(s) == mode][-args.steps:]
+    starts = {id(s): i for i, s in enumerate(steps)}
+    pool = [s for s in steps if not args.with_name or any(args.with_name in k[2] for k in s)]
+    if not pool:
+        print(f"no steps with a kernel named like {args.with_name!r}")
+        return
+    mode = collections.Counter(len(s) for s in pool).most_common(1)[0][0]
+    chosen = [s for s in pool if len(s) == mode][-args.steps:]
     n = len(chosen)
     names = [k[2] for k in chosen[0]]
     adds, gaps, durs = [0.0] * mode, [0.0] * mode, [0.0] * mode
@@ -57,7 +67,9 @@ def main():
             adds[i] += (k[1] - prev_end) / 1e3 / n
             gaps[i] += (k[0] - prev_end) / 1e3 / n
             durs[i] += (k[1] - k[0]) / 1e3 / n
-    print(f"{n} steps of {mode} kernels, {total:.1f} us a step (first start to last end)")
+    nexts = [steps[starts[id(s)] + 1][0][0] - s[0][0] for s in chosen if starts[id(s)] + 1 < len(steps)]
+    period = f", {sum(nexts) / len(nexts) / 1e3:.1f} us start to start" if nexts else ""
+    print(f"{n} steps of {mode} kernels, {total:.1f} us a step (first start to last end){period}")
     by = collections.defaultdict(lambda: [0.0, 0])
     for i, nm in enumerate(names):
         by[nm][0] += adds[i]
