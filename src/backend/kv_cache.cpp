@@ -40,6 +40,7 @@ KvCache::KvCache(const KvSpec& spec, int64_t n_blocks, int64_t block_size, const
     ops::RecurrentLayer l;
     l.conv = empty_on(device, DType::F32, {n_slots, recurrent.conv_tail, recurrent.conv_dim});
     l.state = empty_on(device, DType::F32, {n_slots, recurrent.n_head, recurrent.head_dim_k, recurrent.head_dim_v});
+    l.inputs = empty_on(device, DType::F32, {n_slots, kInputHistory, recurrent.inputs_per_token()});
     recurrent_.push_back(std::move(l));
   }
   if (device != Device::CPU)
@@ -51,6 +52,10 @@ void KvCache::copy_block(int32_t src, int32_t dst) {
   AUGUR_ASSERT(src >= 0 && src < n_blocks_ && dst >= 0 && dst < n_blocks_, "block id out of range");
   for (auto& l : layers_)
     for (const Tensor* t : {&l.k, &l.v}) copy_tensor(t->slice_rows(src, src + 1), t->slice_rows(dst, dst + 1));
+}
+
+int64_t RecurrentSpec::history_bytes_per_slot() const {
+  return n_layer * KvCache::kInputHistory * inputs_per_token() * 4;
 }
 
 namespace {

@@ -36,7 +36,13 @@ struct RecurrentSpec {
   int64_t head_dim_k = 0;
   int64_t head_dim_v = 0;
   int64_t floats_per_layer() const { return conv_tail * conv_dim + n_head * head_dim_k * head_dim_v; }
+  // The state a slot holds (what KvCache::save_slot copies).
   int64_t bytes_per_slot() const { return n_layer * floats_per_layer() * 4; }
+  // A layer's inputs a token, as a slot's input history keeps them: the
+  // conv input, then b and a (the gates' inputs).
+  int64_t inputs_per_token() const { return conv_dim + 2 * n_head; }
+  // The input history of a slot (KvCache::kInputHistory positions).
+  int64_t history_bytes_per_slot() const;
 };
 
 // Paged K/V storage for all layers: fixed-size blocks of token slots, handed
@@ -45,6 +51,10 @@ struct RecurrentSpec {
 // handed out by the runtime's slot pool.
 class KvCache {
  public:
+  // Positions of recurrent-layer inputs a slot keeps (ops::RecurrentLayer::
+  // inputs): enough for a verify of 1 + 7 drafts, so that a rollback replays
+  // only the recurrence over the kept tokens (Model::replay_recurrent).
+  static constexpr int64_t kInputHistory = 8;
   KvCache(const KvSpec& spec, int64_t n_blocks, int64_t block_size, Device device = Device::CPU);
   KvCache(const KvSpec& spec, int64_t n_blocks, int64_t block_size, const RecurrentSpec& recurrent,
           int64_t n_slots, Device device = Device::CPU);

@@ -257,6 +257,9 @@ struct RecurrentRow {
 struct RecurrentLayer {
   Tensor conv;   // [n_slots, conv_tail, conv_dim] f32: the last K-1 inputs of the conv
   Tensor state;  // [n_slots, n_head, head_dim_k, head_dim_v] f32: the delta-rule matrix
+  // [n_slots, n_pos, conv_dim + 2 n_head] f32: the inputs of the slot's
+  // latest verify-window tokens, position p at p % n_pos (keep_recurrent_inputs).
+  Tensor inputs;
 };
 
 // Causal depthwise conv1d over each row's tokens, continuing the inputs kept in
@@ -311,6 +314,18 @@ void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v,
                               std::span<const RecurrentRow> rows, const Tensor& state, const Tensor& out,
                               const DeviceBatch* device = nullptr);
 
+// Keeps the inputs of every row of 2..n_pos tokens (a verify window) in its
+// slot's input history: the token at position p goes to inputs[slot, p % n_pos]
+// as [proj[t, 0:n_conv] | proj[t, n_conv + n_z : n_conv + n_z + 2 n_head]]
+// (conv input, b, a: what the conv and the delta rule read). Other rows
+// (decode steps, prefill chunks) keep nothing. A rollback then replays the
+// recurrence over the kept tokens instead of the whole model.
+// proj: [n_tokens, n_conv + n_z + 2 n_head] f32 (a Gated DeltaNet's input
+// projection); inputs: [n_slots, n_pos, n_conv + 2 n_head] f32. On an
+// accelerator, `batch` must carry the device layout of these rows.
+void keep_recurrent_inputs(const Tensor& proj, int64_t n_conv, int64_t n_z, std::span<const RecurrentRow> rows,
+                           const BatchView& batch, const Tensor& inputs);
+
 // Qwen3NextRMSNormGated: y = w * (x / sqrt(mean(x²) + eps)) * silu(z) per row.
 // x, z, y: [M, D] f32 (y may alias x); w: [D] f32
 void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, const Tensor& y);
@@ -340,7 +355,7 @@ int64_t moe_experts_workspace(const Tensor& x, const Tensor& gate_up, const Tens
 void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& weights,
                  const Tensor& ids, const Tensor& out, const Tensor& workspace);
 
-// out[i, :] = x[idx[i], :].  x: [M, N] f32; out: [len(idx), N] f32 (CPU only)
+// out[i, :] = x[idx[i], :].  x: [M, N] f32; out: [len(idx), N] f32
 void gather_rows(const Tensor& x, std::span<const int32_t> idx, const Tensor& out);
 
 // out[idx[i], :] += scale[i] * x[i, :], for i in order.

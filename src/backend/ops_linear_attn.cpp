@@ -263,6 +263,33 @@ void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v,
                                 out.data<float>());
 }
 
+void keep_recurrent_inputs(const Tensor& proj, int64_t n_conv, int64_t n_z, std::span<const RecurrentRow> rows,
+                           const BatchView& batch, const Tensor& inputs) {
+  const char* op = "keep_recurrent_inputs";
+  const Device dev = proj.device();
+  require_all_on(op, dev, {{&proj, "proj"}, {&inputs, "inputs"}});
+  require(proj.ndim() == 2 && inputs.ndim() == 3, op, "proj must be [n_tokens, P], inputs [n_slots, n_pos, W]; got ",
+          proj.shape_str(), ", ", inputs.shape_str());
+  const int64_t T = proj.dim(0), P = proj.dim(1), W = inputs.dim(2), n_pos = inputs.dim(1);
+  require(n_conv >= 0 && n_z >= 0 && W >= n_conv && n_conv + n_z + (W - n_conv) == P && n_pos >= 1, op, "proj ",
+          proj.shape_str(), " does not hold ", n_conv, " conv inputs, ", n_z, " z and the ", W - n_conv,
+          " gate inputs of ", inputs.shape_str());
+  require(int64_t(batch.positions.size()) == T, op, batch.positions.size(), " positions for ", T, " tokens");
+  check_recurrent_rows(op, rows, T, inputs.dim(0));
+  if (dev == Device::CUDA) {
+    const DeviceBatch* d = batch.device;
+    require(d != nullptr && d->recurrent_rows.defined() && d->recurrent_rows.dim(0) == int64_t(rows.size()) &&
+                d->token_row.numel() == T,
+            op, "a CUDA batch needs its device layout, with these rows");
+    cuda::keep_recurrent_inputs(proj.data<float>(), T, P, n_conv, n_z, d->positions.data<int32_t>(),
+                                d->token_row.data<int32_t>(), static_cast<const cuda::RecurrentRow*>(d->recurrent_rows.raw()),
+                                n_pos, W, inputs.data<float>(), cuda::stream());
+    return;
+  }
+  cpu::keep_recurrent_inputs(proj.data<float>(), P, n_conv, n_z, rows, batch.positions.data(), n_pos, W,
+                             inputs.data<float>());
+}
+
 void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, const Tensor& y) {
   const Device dev = x.device();
   require_all_on("gated_rms_norm", dev, {{&x, "x"}, {&z, "z"}, {&w, "w"}, {&y, "y"}});

@@ -35,9 +35,11 @@ int inspect(const std::string& dir, bool json, int64_t ctx) {
   auto model = load_model(dir);
   const ModelInfo& info = model->info();
   const int64_t kv_bytes = info.kv.bytes_per_token() * ctx;
-  // Linear-attention layers keep a fixed-size state per sequence (plus one
-  // copy per captured snapshot), next to the KV cache.
-  const int64_t state_bytes = info.recurrent.bytes_per_slot();
+  // Linear-attention layers keep a fixed-size state per sequence and its
+  // input history (plus one state copy per captured snapshot), next to the
+  // KV cache.
+  const int64_t state_bytes =
+      info.recurrent.n_layer > 0 ? info.recurrent.bytes_per_slot() + info.recurrent.history_bytes_per_slot() : 0;
   if (json) {
     nlohmann::json dtypes = nlohmann::json::object();
     for (auto& [k, v] : by_dtype) dtypes[k] = {{"tensors", v.first}, {"bytes", v.second}};

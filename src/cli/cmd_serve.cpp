@@ -60,11 +60,13 @@ int serve(const ServeArgs& a) {
   // weights (CUDA: 0.9 by default, less 1 GiB for a step's activations; the
   // host: by default what max_batch requests of 4096 tokens fill).
   const int64_t per_token = std::max<int64_t>(1, info.kv.bytes_per_token(device));
-  // Hybrids: a state slot per running request, and as many copies kept by
-  // the prefix cache.
+  // Hybrids: a state slot (and its input history) per running request, and
+  // as many state copies kept by the prefix cache.
   const int64_t prefix_states = a.prefix_cache ? a.max_batch : 0;
   const int64_t state_bytes =
-      info.recurrent.n_layer > 0 ? info.recurrent.bytes_per_slot() * (a.max_batch + prefix_states) : 0;
+      info.recurrent.n_layer > 0 ? info.recurrent.bytes_per_slot() * (a.max_batch + prefix_states) +
+                                       info.recurrent.history_bytes_per_slot() * a.max_batch
+                                 : 0;
   int64_t tokens = a.ctx;
   if (tokens == 0) {
     const double fraction = a.memory_fraction > 0 ? a.memory_fraction : device == Device::CUDA ? 0.9 : 0.0;

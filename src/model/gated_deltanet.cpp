@@ -1,5 +1,6 @@
 #include "model/gated_deltanet.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -26,6 +27,13 @@ Tensor gated_deltanet_mix(const Tensor& x, const GatedDeltaNetWeights& w, const 
   const auto* layout = batch.device;  // the batch as uploaded, if it was
   Tensor proj = projected.defined() ? projected : scratch.get("gdn.proj", {T, P});
   if (!projected.defined()) ops::linear(x, w.in_all, proj);
+  // Verify windows leave their inputs in their slots' history: a rollback
+  // replays only the recurrence over the tokens it keeps.
+  if (state.inputs.defined() &&
+      std::any_of(rows.begin(), rows.end(), [&](const ops::RecurrentRow& r) {
+        return r.n_tokens >= 2 && r.n_tokens <= state.inputs.dim(1);
+      }))
+    ops::keep_recurrent_inputs(proj, C, V, rows, batch, state.inputs);
   Tensor conv = scratch.get("gdn.conv", {T, C});
   if (T == 1) {
     // One token (a decode step): q, k, v, z, b, a read in place where they
@@ -88,6 +96,34 @@ Tensor gated_deltanet_mix(const Tensor& x, const GatedDeltaNetWeights& w, const 
   // Gated RMSNorm per value head (out_proj follows in the caller).
   ops::gated_rms_norm(core.reshape({T * H, dv}), z, w.norm, s.norm_eps, core.reshape({T * H, dv}));
   return core.reshape({T, H * dv});
+}
+
+void gated_deltanet_replay(std::span<const int32_t> kept, const GatedDeltaNetWeights& w, const GatedDeltaNetShape& s,
+                           std::span<const ops::RecurrentRow> rows, const ops::RecurrentLayer& state,
+                           Scratch& scratch) {
+  const int64_t T = int64_t(kept.size()), H = s.n_head, Hk = s.n_head_k, dk = s.head_dim_k, dv = s.head_dim_v;
+  const int64_t C = s.conv_dim(), W = C + 2 * H;
+  AUGUR_ASSERT(state.inputs.defined() && state.inputs.dim(2) == W, "input history of another shape");
+  Tensor in = scratch.get("gdn.kept", {T, W});
+  ops::gather_rows(state.inputs.reshape({state.inputs.dim(0) * state.inputs.dim(1), W}), kept, in);
+  // The verify's own values, so the conv and the recurrence redo its arithmetic.
+  Tensor mixed = scratch.get("gdn.mixed", {T, C});
+  Tensor b = scratch.get("gdn.b", {T, H});
+  Tensor a = scratch.get("gdn.a", {T, H});
+  ops::slice_cols(in, 0, mixed);
+  ops::slice_cols(in, C, b);
+  ops::slice_cols(in, C + H, a);
+  Tensor conv = scratch.get("gdn.conv", {T, C});
+  ops::causal_conv1d(mixed, w.conv, rows, state.conv, true, conv);
+  Tensor q = scratch.get("gdn.q", {T, Hk, dk});
+  Tensor k = scratch.get("gdn.k", {T, Hk, dk});
+  Tensor v = scratch.get("gdn.v", {T, H, dv});
+  ops::slice_cols(conv, 0, q.reshape({T, Hk * dk}));
+  ops::slice_cols(conv, s.key_dim(), k.reshape({T, Hk * dk}));
+  ops::slice_cols(conv, 2 * s.key_dim(), v.reshape({T, H * dv}));
+  Tensor core = scratch.get("gdn.core", {T, H, dv});  // not read: only the state matters
+  ops::gated_delta_rule_step(q, k, v, a, b, w.a_log, w.dt_bias, 1e-6f, 1.0f / std::sqrt(float(dk)), rows, state.state,
+                             core);
 }
 
 }  // namespace augur

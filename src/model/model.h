@@ -65,6 +65,15 @@ struct HiddenIo {
   Tensor out;
 };
 
+// A row of Model::replay_recurrent: the recurrent state in `slot` is at
+// position pos0 and goes on over the next n_tokens positions, whose inputs
+// a verify window left in the slot's history.
+struct ReplayRow {
+  int32_t slot = -1;
+  int32_t pos0 = 0;
+  int32_t n_tokens = 0;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -78,6 +87,13 @@ class Model {
   // the residual stream after layer i), or null.
   void forward(Executor& executor, std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits,
                const Tensor& ids = Tensor(), Taps* taps = nullptr, const HiddenIo& hidden = {});
+
+  // Rolls recurrent state forward over tokens fed before (a rollback's kept
+  // drafts): each row's slot, put back to the state at pos0, leaves the
+  // state after pos0 + n_tokens, bit for bit what the forward that fed them
+  // left there, reading only the inputs that forward kept
+  // (KvCache::kInputHistory positions a slot) and no weight matrix.
+  void replay_recurrent(Executor& executor, std::span<const ReplayRow> rows, KvCache& kv);
 
   // The checkpoint's multi-token-prediction head, null when it has none: a
   // model of its own (own KV cache, one decoder layer) over pairs (token
@@ -100,6 +116,11 @@ class Model {
   // The forward's ops (an Executor::Body, with kv and taps).
   virtual void layers(const BatchPlan& plan, KvCache& kv, Scratch& scratch, const Tensor& logits, Taps* taps,
                       const HiddenIo& hidden) = 0;
+  // replay_recurrent's ops, every recurrent layer: kept[i] is token i's row
+  // of the layers' input histories (slot * n_pos + position % n_pos), rows
+  // index `kept`.
+  virtual void replay_layers(std::span<const int32_t> kept, std::span<const ops::RecurrentRow> rows, KvCache& kv,
+                             Scratch& scratch) = 0;
 
   ModelInfo info_;
   std::unique_ptr<Model> mtp_;

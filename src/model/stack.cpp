@@ -175,6 +175,15 @@ class DecoderStack final : public Model {
     output_logits(x, w_.final_norm, cfg_.rms_eps, w_.head, plan, logits, scratch);
   }
 
+  void replay_layers(std::span<const int32_t> kept, std::span<const ops::RecurrentRow> rows, KvCache& kv,
+                     Scratch& scratch) override {
+    for (int64_t i = 0; i < cfg_.n_layer; ++i) {
+      const Block& l = w_.layers[size_t(i)];
+      if (l.linear)
+        gated_deltanet_replay(kept, l.gdn, cfg_.gdn, rows, kv.recurrent_layer(cache_index_[size_t(i)]), scratch);
+    }
+  }
+
  private:
   // `other` with its head replaced by `head`, whose rows are the tokens `ids`.
   DecoderStack(const DecoderStack& other, Tensor head, std::span<const int32_t> ids)
@@ -199,6 +208,24 @@ class DecoderStack final : public Model {
 std::unique_ptr<Model> make_stack_model(const StackConfig& cfg, StackWeights weights, WeightSource& src,
                                         ModelInfo info, std::unique_ptr<Model> mtp) {
   return std::make_unique<DecoderStack>(cfg, std::move(weights), src, std::move(info), std::move(mtp));
+}
+
+void Model::replay_recurrent(Executor& executor, std::span<const ReplayRow> rows, KvCache& kv) {
+  if (rows.empty()) return;
+  if (info_.recurrent.n_layer == 0 || !kv.has_recurrent())
+    fail("[replay] ", info_.model_type, " keeps no recurrent state to replay");
+  const int64_t n_pos = KvCache::kInputHistory;
+  std::vector<int32_t> kept;
+  std::vector<ops::RecurrentRow> rec;
+  for (const ReplayRow& r : rows) {
+    if (r.slot < 0 || r.slot >= kv.n_slots() || r.pos0 < 0 || r.n_tokens < 0 || r.n_tokens > n_pos)
+      fail("[replay] row (slot ", r.slot, ", position ", r.pos0, ", ", r.n_tokens, " tokens) outside the ",
+           kv.n_slots(), " slots' histories of ", n_pos, " positions");
+    if (r.n_tokens == 0) continue;
+    rec.push_back({int32_t(kept.size()), r.n_tokens, r.slot});
+    for (int32_t t = 0; t < r.n_tokens; ++t) kept.push_back(int32_t(r.slot * n_pos + (r.pos0 + t) % n_pos));
+  }
+  if (!rec.empty()) replay_layers(kept, rec, kv, executor.scratch());
 }
 
 void Model::forward(Executor& executor, std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits,

@@ -69,7 +69,8 @@ Tensor Runner::run(std::span<Sequence* const> seqs, std::span<const std::span<co
 
 void Runner::rollback(std::span<Sequence* const> seqs, std::span<const int64_t> keep) {
   AUGUR_ASSERT(seqs.size() == keep.size(), "rollback arity");
-  std::vector<Sequence*> replay;
+  std::vector<ReplayRow> rewound;  // recurrence replayed from the kept inputs
+  std::vector<Sequence*> replay;   // fed again (the history did not hold them)
   std::vector<std::vector<int32_t>> tokens;
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence& s = *seqs[i];
@@ -83,6 +84,10 @@ void Runner::rollback(std::span<Sequence* const> seqs, std::span<const int64_t> 
     const int64_t mark = s.marked_length();
     if (mark < 0 || mark > keep[i])
       fail("[runner] rollback to ", keep[i], " tokens needs a capture at or below it (last: ", mark, ")");
+    if (s.can_rewind(keep[i])) {
+      rewound.push_back(s.rewind(keep[i]));
+      continue;
+    }
     tokens.emplace_back(s.tokens().begin() + mark, s.tokens().begin() + keep[i]);
     s.truncate(mark);
     if (!tokens.back().empty()) {
@@ -91,7 +96,9 @@ void Runner::rollback(std::span<Sequence* const> seqs, std::span<const int64_t> 
       tokens.pop_back();
     }
   }
+  model_->replay_recurrent(executor_, rewound, kv_);
   if (replay.empty()) return;
+  for (const auto& t : tokens) refed_tokens_ += int64_t(t.size());
   std::vector<std::span<const int32_t>> spans(tokens.begin(), tokens.end());
   const std::vector<int32_t> none(replay.size(), 0);
   step(replay, spans, none);

@@ -55,9 +55,14 @@ class Runner {
   // Rolls each sequence back to its first keep[i] tokens (rejected drafts):
   // K/V by truncation; recurrent state, which only follows the last token, by
   // going back to the sequence's last capture() (which must lie at or below
-  // keep[i]) and feeding the kept tokens after it again, all such rows in one
+  // keep[i]) and replaying the recurrence over the kept tokens from the
+  // inputs their verify window left (Sequence::rewind); where the window
+  // kept none (longer than KvCache::kInputHistory, or not one window since
+  // the capture), by feeding the kept tokens again, all such rows in one
   // forward. The state is then what feeding only the kept tokens leaves.
   void rollback(std::span<Sequence* const> seqs, std::span<const int64_t> keep);
+  // Tokens rollbacks fed through the model again (no kept inputs covered them).
+  int64_t refed_tokens() const { return refed_tokens_; }
 
   // ops::sample_async into this runner's ids buffer on the device (one
   // address, which the decode graphs of step_ahead read in place): device()
@@ -82,6 +87,7 @@ class Runner {
   SlotPool slots_;
   Tensor device_logits_;  // LogitsOn::Device steps write here (grown on demand)
   Tensor device_ids_;     // sample() leaves ids here (grown on demand)
+  int64_t refed_tokens_ = 0;
 };
 
 }  // namespace augur

@@ -99,7 +99,32 @@ int64_t Sequence::blocks_needed(int64_t n) const {
 void Sequence::append(std::span<const int32_t> tokens) {
   AUGUR_ASSERT(int64_t(blocks_.size()) * kv_->block_size() >= length() + int64_t(tokens.size()),
                "append without reserve");
+  if (slot_ >= 0) {
+    // As keep_recurrent_inputs: rows of 2..n_pos tokens leave their inputs.
+    const int64_t n = int64_t(tokens.size()), n_pos = KvCache::kInputHistory;
+    const bool kept = mark_length_ >= 0 && kept_inputs_ == length() - mark_length_ && n >= 2 && n <= n_pos &&
+                      kept_inputs_ + n <= n_pos;
+    kept_inputs_ = kept ? kept_inputs_ + n : -1;
+  }
   tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+}
+
+bool Sequence::can_rewind(int64_t length) const {
+  return slot_ >= 0 && mark_state_.defined() && mark_length_ >= 0 && mark_length_ <= length &&
+         length <= this->length() && kept_inputs_ == this->length() - mark_length_;
+}
+
+ReplayRow Sequence::rewind(int64_t length) {
+  AUGUR_ASSERT(can_rewind(length), "rewind without the inputs to replay");
+  kv_->load_slot(slot_, mark_state_);
+  tokens_.resize(size_t(length));
+  const int64_t keep = (length + kv_->block_size() - 1) / kv_->block_size();
+  while (int64_t(blocks_.size()) > keep) {
+    pool_->release(blocks_.back());
+    blocks_.pop_back();
+  }
+  kept_inputs_ = length - mark_length_;
+  return ReplayRow{slot_, int32_t(mark_length_), int32_t(length - mark_length_)};
 }
 
 void Sequence::truncate(int64_t length) {
@@ -111,6 +136,7 @@ void Sequence::truncate(int64_t length) {
            "capture (", mark_length_ < 0 ? std::string("none") : std::to_string(mark_length_),
            " tokens); rolling back needs a snapshot captured at that length");
     kv_->load_slot(slot_, mark_state_);
+    kept_inputs_ = 0;
   }
   tokens_.resize(size_t(length));
   const int64_t keep = (length + kv_->block_size() - 1) / kv_->block_size();
@@ -131,6 +157,7 @@ SequenceSnapshot Sequence::capture() const {
     s.recurrent_ = kv_->save_slot(slot_);
     mark_state_ = s.recurrent_;
     mark_length_ = length();
+    kept_inputs_ = 0;
   }
   return s;
 }
@@ -146,6 +173,7 @@ void Sequence::restore(const SequenceSnapshot& snap) {
     kv_->load_slot(slot_, snap.recurrent_);
     mark_state_ = snap.recurrent_;
     mark_length_ = length();
+    kept_inputs_ = 0;
   }
 }
 

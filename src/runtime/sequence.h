@@ -9,6 +9,9 @@
 // A snapshot therefore holds a copy of the slot, and restoring it (or
 // truncating back to the length of the sequence's last capture or restore,
 // whose copy the sequence keeps) makes the state bit-identical to what it was.
+// Verify windows also leave their inputs in the slot's history, so that a
+// rollback to any length since the capture (rewind) replays only the
+// recurrence over the kept tokens.
 #pragma once
 
 #include <cstdint>
@@ -90,6 +93,15 @@ class Sequence {
   // state, the one length below the current one that truncate() reaches.
   int64_t marked_length() const { return mark_length_; }
 
+  // Whether rewind(length) applies: the last capture lies at or below
+  // `length` and every token since was fed in verify windows whose inputs
+  // the slot's history still holds (ops::keep_recurrent_inputs).
+  bool can_rewind(int64_t length) const;
+  // Drops everything from `length` on and puts the recurrent state back to
+  // the last capture; Model::replay_recurrent over the returned row then
+  // brings the state to `length` (the K/V of the kept tokens stay).
+  ReplayRow rewind(int64_t length);
+
   SequenceSnapshot capture() const;
   void restore(const SequenceSnapshot& snap);
 
@@ -105,6 +117,9 @@ class Sequence {
   // and the length it belongs to: the one length truncate() can go back to.
   mutable Tensor mark_state_;
   mutable int64_t mark_length_ = -1;
+  // Tokens after the mark whose recurrent inputs the slot's history holds
+  // (all of them, or -1: not all).
+  mutable int64_t kept_inputs_ = -1;
 };
 
 // A captured sequence state: holds references on its blocks until destroyed.

@@ -445,5 +445,51 @@ TEST(GatedDeltaRuleStep, EqualsNormGatesThenRecurrent) {
   EXPECT_THROW(ops::gated_delta_rule_step(q, k, v, a, b, short_log, dt_bias, 1e-6f, 0.25f, rows, st1, out1), Error);
 }
 
+// Verify windows (rows of 2..n_pos tokens) leave each token's conv input and
+// gate inputs at [slot, position % n_pos]; decode rows and longer rows leave
+// nothing; gather_rows reads them back.
+TEST(KeepRecurrentInputs, VerifyWindowsLeaveTheirInputsBySlotAndPosition) {
+  std::mt19937 rng(7);
+  const int64_t n_conv = 5, n_z = 3, H = 2, P = n_conv + n_z + 2 * H, W = n_conv + 2 * H, n_pos = 4, n_slots = 5;
+  const auto rows = make_rows({1, 3, 4, 5, 2}, {4, 0, 2, 1, 3});
+  const std::vector<int32_t> pos0 = {9, 6, 0, 2, 3};  // the rows' first positions
+  std::vector<int32_t> positions;
+  for (size_t r = 0; r < rows.size(); ++r)
+    for (int32_t t = 0; t < rows[r].n_tokens; ++t) positions.push_back(pos0[r] + t);
+  const int64_t T = int64_t(positions.size());
+  Tensor proj = random_tensor({T, P}, rng);
+  Tensor inputs = Tensor::empty(DType::F32, {n_slots, n_pos, W});
+  std::fill_n(inputs.data<float>(), inputs.numel(), -7.0f);
+  const std::vector<ops::AttnRow> attn;  // the CPU reads the host positions only
+  ops::keep_recurrent_inputs(proj, n_conv, n_z, rows, ops::BatchView{attn, positions}, inputs);
+  std::vector<bool> written(size_t(n_slots * n_pos), false);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const auto& row = rows[r];
+    if (row.n_tokens < 2 || row.n_tokens > n_pos) continue;
+    for (int32_t t = 0; t < row.n_tokens; ++t) {
+      const int64_t i = row.token_begin + t, at = row.slot * n_pos + positions[size_t(i)] % n_pos;
+      written[size_t(at)] = true;
+      const float* got = inputs.data<float>() + at * W;
+      const float* src = proj.data<float>() + i * P;
+      for (int64_t c = 0; c < W; ++c) EXPECT_EQ(got[c], src[c < n_conv ? c : c + n_z]) << "row " << r << " t " << t;
+    }
+  }
+  for (int64_t at = 0; at < n_slots * n_pos; ++at)
+    if (!written[size_t(at)]) {
+      EXPECT_EQ(inputs.data<float>()[at * W], -7.0f) << "entry " << at << " written";
+    }
+
+  const std::vector<int32_t> index = {2, 0, 3, 2};
+  Tensor out = Tensor::empty(DType::F32, {4, W});
+  const Tensor table = inputs.reshape({n_slots * n_pos, W});
+  ops::gather_rows(table, index, out);
+  for (size_t i = 0; i < index.size(); ++i)
+    EXPECT_EQ(std::memcmp(out.data<float>() + int64_t(i) * W, table.data<float>() + index[i] * W, size_t(W) * 4), 0);
+  const std::vector<int32_t> bad = {int32_t(n_slots * n_pos)};
+  EXPECT_THROW(ops::gather_rows(table, bad, out.slice_rows(0, 1)), Error);
+  Tensor narrow = Tensor::empty(DType::F32, {n_slots, n_pos, W + 1});
+  EXPECT_THROW(ops::keep_recurrent_inputs(proj, n_conv, n_z, rows, ops::BatchView{attn, positions}, narrow), Error);
+}
+
 }  // namespace
 }  // namespace augur

@@ -197,8 +197,9 @@ TEST(Cli, InspectReportsArchitectureAndMemory) {
   ASSERT_EQ(hybrid.status, 0) << hybrid.out;
   auto h = nlohmann::json::parse(hybrid.out);
   EXPECT_EQ(h["recurrent_layers"], 3);
-  // 3 layers x (conv tail 3 x 128 channels + 4 heads x 16 x 16 state) x 4 bytes
-  EXPECT_EQ(h["recurrent_bytes_per_sequence"], 3 * (3 * 128 + 4 * 16 * 16) * 4);
+  // 3 layers x (conv tail 3 x 128 channels + 4 heads x 16 x 16 state) x 4
+  // bytes, and each layer's input history: 8 positions of 128 conv inputs + b, a.
+  EXPECT_EQ(h["recurrent_bytes_per_sequence"], 3 * (3 * 128 + 4 * 16 * 16) * 4 + 3 * 8 * (128 + 2 * 4) * 4);
   Result text = run("inspect " + kData + "/llama");
   EXPECT_EQ(text.status, 0);
   EXPECT_NE(text.out.find("LlamaForCausalLM"), std::string::npos);

@@ -160,6 +160,39 @@ TEST_F(CudaHybridOps, CausalConv1dCarriesItsTail) {
   }
 }
 
+// keep_recurrent_inputs from the batch's device layout, and gather_rows,
+// equal the CPU's bit for bit.
+TEST_F(CudaHybridOps, KeepRecurrentInputsAndGatherRows) {
+  const int64_t n_conv = 37, n_z = 33, H = 3, P = n_conv + n_z + 2 * H, W = n_conv + 2 * H, n_pos = 8, n_slots = 6;
+  const std::vector<int32_t> lens = {1, 5, 8, 9, 2, 33}, slots = {4, 0, 2, 1, 3, 5}, pos0 = {9, 6, 0, 2, 13, 40};
+  std::vector<ops::RecurrentRow> rows;
+  std::vector<ops::AttnRow> attn;
+  std::vector<int32_t> positions, tokens;
+  const std::vector<int32_t> table = {0, 1, 2, 3, 4, 5, 6, 7};
+  for (size_t r = 0; r < lens.size(); ++r) {
+    const int32_t begin = int32_t(positions.size());
+    rows.push_back({begin, lens[r], slots[r]});
+    attn.push_back({begin, lens[r], pos0[r], table, slots[r]});
+    for (int32_t t = 0; t < lens[r]; ++t) positions.push_back(pos0[r] + t), tokens.push_back(1);
+  }
+  const int64_t T = int64_t(positions.size());
+  const ops::DeviceBatch dev = ops::upload_batch(Device::CUDA, tokens, attn, 16, 128);
+  Tensor proj = rand({T, P});
+  Tensor want = rand({n_slots, n_pos, W});
+  Tensor got = gpu(want);
+  ops::keep_recurrent_inputs(proj, n_conv, n_z, rows, ops::BatchView{attn, positions}, want);
+  ops::keep_recurrent_inputs(gpu(proj), n_conv, n_z, rows, ops::BatchView{attn, positions, &dev}, got);
+  EXPECT_EQ(rel_err(got, want), 0.0f);
+  const std::vector<int32_t> index = {5, 0, 47, 5, 16};
+  Tensor g_want = Tensor::empty(DType::F32, {5, W});
+  ops::gather_rows(want.reshape({n_slots * n_pos, W}), index, g_want);
+  Tensor g_got = poisoned({5, W});
+  ops::gather_rows(got.reshape({n_slots * n_pos, W}), index, g_got);
+  EXPECT_EQ(rel_err(g_got, g_want), 0.0f);
+  EXPECT_THROW(ops::keep_recurrent_inputs(gpu(proj), n_conv, n_z, rows, ops::BatchView{attn, positions}, got), Error)
+      << "a CUDA batch without its layout";
+}
+
 struct DeltaCase {
   int64_t n_head_k, n_head, dk, dv;
 };

@@ -116,6 +116,8 @@ TEST_P(Speculative, ReplayedDraftsWithErrorsEqualPlainGreedy) {
     EXPECT_GT(d.full_rounds, 0) << "no round accepted every draft, k = " << k;
     EXPECT_GT(d.rounds - d.full_rounds, 0) << "no round rejected a draft, k = " << k;
   }
+  // Windows of up to 1 + 7 tokens roll back from their kept inputs.
+  EXPECT_EQ(e->runner().refed_tokens(), 0) << "a rollback fed tokens through the model again";
 }
 
 // Eight rows with different prompts, drafts and accept lengths decode
@@ -140,16 +142,18 @@ INSTANTIATE_TEST_SUITE_P(Families, Speculative, test::every_family(), test::fami
 // The rollback itself, per hybrid fixture: after a verify of k drafts of
 // which j are kept (every j in 0..k), the recurrent state and the next
 // logits equal, bit for bit, those of a sequence fed only the kept tokens.
+// A window of up to KvCache::kInputHistory tokens rolls back by replaying
+// the recurrence from its kept inputs (nothing fed again); a longer one by
+// feeding the kept tokens again.
 class Rollback : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Rollback, KeptDraftsLeaveTheStateOfFeedingOnlyThem) {
-  auto model = load_model(kData + "/" + GetParam());
+  auto model = load_model(dir_of(GetParam()));
   RunnerOptions ro;
   ro.max_sequences = 2;
   Runner runner(*model, ro);
   const int64_t V = model->info().n_vocab;
   const auto prompt = looping_prompt(V, 5, 9);
-  const std::vector<int32_t> feed = {7, 3, 9, 1, 4};  // the pending token, then k = 4 drafts
   auto logits_after = [&](Sequence& s) {
     const int32_t next = 2;
     Sequence* seqs[] = {&s};
@@ -157,31 +161,79 @@ TEST_P(Rollback, KeptDraftsLeaveTheStateOfFeedingOnlyThem) {
     const int32_t wants[] = {1};
     return runner.step(seqs, tokens, wants);
   };
-  for (int64_t j = 0; j + 1 <= int64_t(feed.size()); ++j) {
-    auto spec = runner.new_sequence();
-    runner.feed(*spec, prompt, false);
-    spec->capture();
-    {
-      Sequence* seqs[] = {spec.get()};
-      const std::span<const int32_t> tokens[] = {feed};
-      const int32_t wants[] = {int32_t(feed.size())};
-      runner.step(seqs, tokens, wants);
-      const int64_t keep[] = {int64_t(prompt.size()) + 1 + j};
-      runner.rollback(seqs, keep);
+  // The pending token, then k = 4 drafts; then k = 10, past the history.
+  const std::vector<std::vector<int32_t>> windows = {{7, 3, 9, 1, 4}, {7, 3, 9, 1, 4, 8, 8, 2, 6, 5, 1}};
+  ASSERT_GT(int64_t(windows[1].size()), KvCache::kInputHistory);
+  for (const auto& feed : windows) {
+    const bool replayed = int64_t(feed.size()) <= KvCache::kInputHistory;
+    for (int64_t j = 0; j + 1 <= int64_t(feed.size()); ++j) {
+      auto spec = runner.new_sequence();
+      runner.feed(*spec, prompt, false);
+      spec->capture();
+      const int64_t refed = runner.refed_tokens();
+      {
+        Sequence* seqs[] = {spec.get()};
+        const std::span<const int32_t> tokens[] = {feed};
+        const int32_t wants[] = {int32_t(feed.size())};
+        runner.step(seqs, tokens, wants);
+        const int64_t keep[] = {int64_t(prompt.size()) + 1 + j};
+        runner.rollback(seqs, keep);
+      }
+      const bool all = j + 1 == int64_t(feed.size());
+      EXPECT_EQ(runner.refed_tokens() - refed, replayed || all ? 0 : j + 1)
+          << "tokens fed again, window of " << feed.size() << ", j = " << j;
+      auto plain = runner.new_sequence();
+      runner.feed(*plain, prompt, false);
+      for (int64_t t = 0; t <= j; ++t) runner.feed(*plain, std::span<const int32_t>(&feed[size_t(t)], 1), false);
+      ASSERT_EQ(spec->tokens(), plain->tokens()) << "j = " << j;
+      const Tensor a = runner.kv().save_slot(spec->state_slot()), b = runner.kv().save_slot(plain->state_slot());
+      ASSERT_EQ(a.nbytes(), b.nbytes());
+      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0)
+          << "recurrent state, window of " << feed.size() << ", j = " << j;
+      const Tensor la = logits_after(*spec), lb = logits_after(*plain);
+      EXPECT_EQ(std::memcmp(la.raw(), lb.raw(), la.nbytes()), 0)
+          << "next logits (K/V and state), window of " << feed.size() << ", j = " << j;
     }
-    auto plain = runner.new_sequence();
-    runner.feed(*plain, prompt, false);
-    for (int64_t t = 0; t <= j; ++t) runner.feed(*plain, std::span<const int32_t>(&feed[size_t(t)], 1), false);
-    ASSERT_EQ(spec->tokens(), plain->tokens()) << "j = " << j;
-    const Tensor a = runner.kv().save_slot(spec->state_slot()), b = runner.kv().save_slot(plain->state_slot());
-    ASSERT_EQ(a.nbytes(), b.nbytes());
-    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << "recurrent state, j = " << j;
-    const Tensor la = logits_after(*spec), lb = logits_after(*plain);
-    EXPECT_EQ(std::memcmp(la.raw(), lb.raw(), la.nbytes()), 0) << "next logits (K/V and state), j = " << j;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Hybrids, Rollback, ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_next"));
+// Two rows rolled back in one call, each from its own window (one replayed,
+// one fed again), then a second round from the rolled-back state: each row
+// equals its sequence alone.
+TEST_P(Rollback, RowsRollBackTogetherAndRoundsChain) {
+  auto model = load_model(dir_of(GetParam()));
+  RunnerOptions ro;
+  ro.max_sequences = 4;
+  Runner runner(*model, ro);
+  const int64_t V = model->info().n_vocab;
+  const auto p0 = looping_prompt(V, 5, 9), p1 = looping_prompt(V, 7, 11);
+  const std::vector<int32_t> w0 = {7, 3, 9, 1, 4, 8}, w1 = {2, 5, 5, 1, 3, 9, 9, 8, 4, 6};
+  auto a = runner.new_sequence(), b = runner.new_sequence();
+  runner.feed(*a, p0, false);
+  runner.feed(*b, p1, false);
+  std::vector<int32_t> kept0(w0.begin(), w0.begin() + 3), kept1(w1.begin(), w1.begin() + 2);
+  for (int round = 0; round < 2; ++round) {
+    a->capture();
+    b->capture();
+    Sequence* seqs[] = {a.get(), b.get()};
+    const std::span<const int32_t> tokens[] = {w0, w1};
+    const int32_t wants[] = {1, 1};
+    runner.step(seqs, tokens, wants);
+    const int64_t keep[] = {a->length() - int64_t(w0.size()) + 3, b->length() - int64_t(w1.size()) + 2};
+    runner.rollback(seqs, keep);
+  }
+  for (auto [seq, prompt, kept] : {std::tuple{a.get(), p0, kept0}, std::tuple{b.get(), p1, kept1}}) {
+    auto alone = runner.new_sequence();
+    runner.feed(*alone, prompt, false);
+    for (int round = 0; round < 2; ++round)
+      for (int32_t t : kept) runner.feed(*alone, std::span<const int32_t>(&t, 1), false);
+    ASSERT_EQ(seq->tokens(), alone->tokens());
+    const Tensor x = runner.kv().save_slot(seq->state_slot()), y = runner.kv().save_slot(alone->state_slot());
+    EXPECT_EQ(std::memcmp(x.raw(), y.raw(), x.nbytes()), 0) << "recurrent state";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Hybrids, Rollback, ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_next", "augur-tiny"));
 
 TEST(SpeculativeRequests, BadParametersAreClearErrors) {
   auto e = engine_for("qwen3");

@@ -29,6 +29,22 @@ void slice_cols(const float* x, int64_t M, int64_t N, int64_t begin, int64_t n, 
                                     });
 }
 
+void keep_recurrent_inputs(const float* proj, int64_t P, int64_t n_conv, int64_t n_z,
+                           std::span<const ops::RecurrentRow> rows, const int32_t* positions, int64_t n_pos,
+                           int64_t width, float* inputs) {
+  const int64_t n_gates = width - n_conv;  // b, then a
+  for (const auto& row : rows) {
+    if (row.n_tokens < 2 || row.n_tokens > n_pos) continue;
+    for (int64_t i = 0; i < row.n_tokens; ++i) {
+      const int64_t t = int64_t(row.token_begin) + i;
+      const float* src = proj + t * P;
+      float* dst = inputs + (int64_t(row.slot) * n_pos + positions[t] % n_pos) * width;
+      std::memcpy(dst, src, size_t(n_conv) * 4);
+      std::memcpy(dst + n_conv, src + n_conv + n_z, size_t(n_gates) * 4);
+    }
+  }
+}
+
 // Reference: causal_conv1d_update (cached decode) and causal_conv1d_fn over the
 // kept tail followed by the new inputs; the sum over taps runs j = 0 .. K-1.
 void causal_conv1d(const float* x, const float* w, int64_t C, int64_t K,

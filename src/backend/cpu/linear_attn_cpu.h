@@ -16,6 +16,12 @@ namespace augur::cpu {
 // x: [M, N] row stride N; y: [M, n]
 void slice_cols(const float* x, int64_t M, int64_t N, int64_t begin, int64_t n, float* y);
 
+// proj: [n_tokens, P]; positions: [n_tokens]; inputs: [n_slots, n_pos, n_conv + 2 n_head]
+// (ops::keep_recurrent_inputs)
+void keep_recurrent_inputs(const float* proj, int64_t P, int64_t n_conv, int64_t n_z,
+                           std::span<const ops::RecurrentRow> rows, const int32_t* positions, int64_t n_pos,
+                           int64_t width, float* inputs);
+
 // x, out: [n_tokens, C]; w: [C, K]; conv_state: [n_slots, K-1, C]
 void causal_conv1d(const float* x, const float* w, int64_t C, int64_t K,
                    std::span<const ops::RecurrentRow> rows, float* conv_state, bool silu, float* out);

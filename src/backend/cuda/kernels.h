@@ -238,6 +238,16 @@ struct RecurrentRow {
 // y[m, :] = x[m, begin : begin + n].  x: [M, N] f32; y: [M, n] f32
 void slice_cols(const float* x, int64_t M, int64_t N, int64_t begin, int64_t n, float* y, Stream s);
 
+// ops::keep_recurrent_inputs: rows of 2..n_pos tokens copy each token's conv
+// input and gates (proj columns [0, n_conv) and [n_conv + n_z, P)) to
+// inputs[slot, position % n_pos]. proj: [n_tokens, P]; positions, token_row:
+// [n_tokens] (device); rows: the batch's rows (device); inputs: [n_slots, n_pos, width]
+void keep_recurrent_inputs(const float* proj, int64_t n_tokens, int64_t P, int64_t n_conv, int64_t n_z,
+                           const int32_t* positions, const int32_t* token_row, const RecurrentRow* rows,
+                           int64_t n_pos, int64_t width, float* inputs, Stream s);
+// out[i, :] = table[index[i], :].  table: [*, D]; index: [n] (device); out: [n, D]
+void gather_rows(const float* table, int64_t D, const int32_t* index, int64_t n, float* out, Stream s);
+
 // Causal depthwise conv1d over each row's tokens continuing its kept tail,
 // SiLU when `silu`; leaves the last K-1 inputs of each row in its slot.
 // x, out: [n_tokens, C] f32; w: [C, K] f32; rows: [n_rows] (device);

@@ -26,6 +26,30 @@ __global__ void slice_cols_kernel(const float* __restrict__ x, int64_t M, int64_
   y[i] = x[m * N + begin + c];
 }
 
+// One block a token. proj: [n_tokens, P]; inputs: [n_slots, n_pos, width]
+__global__ void keep_recurrent_inputs_kernel(const float* __restrict__ proj, int64_t P, int64_t n_conv, int64_t n_z,
+                                             const int32_t* __restrict__ positions,
+                                             const int32_t* __restrict__ token_row,
+                                             const RecurrentRow* __restrict__ rows, int n_pos, int64_t width,
+                                             float* __restrict__ inputs) {
+  pdl_entry();
+  const int64_t t = blockIdx.x;
+  const RecurrentRow row = rows[token_row[t]];
+  if (row.n_tokens < 2 || row.n_tokens > n_pos) return;
+  const float* src = proj + t * P;
+  float* dst = inputs + (int64_t(row.slot) * n_pos + positions[t] % n_pos) * width;
+  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) dst[j] = src[j < n_conv ? j : j + n_z];
+}
+
+// One block a row of out. table: [*, D]; out: [n, D]
+__global__ void gather_rows_kernel(const float* __restrict__ table, int64_t D, const int32_t* __restrict__ index,
+                                   float* __restrict__ out) {
+  pdl_entry();
+  const float* src = table + int64_t(index[blockIdx.x]) * D;
+  float* dst = out + int64_t(blockIdx.x) * D;
+  for (int64_t j = threadIdx.x; j < D; j += blockDim.x) dst[j] = src[j];
+}
+
 // Tokens of a row one block of the conv handles (outputs depend only on
 // inputs, so a row's tokens split freely).
 constexpr int kConvSegment = 64;
@@ -403,6 +427,21 @@ void slice_cols(const float* x, int64_t M, int64_t N, int64_t begin, int64_t n, 
   if (M * n == 0) return;
   launch("slice_cols_kernel", slice_cols_kernel, dim3(blocks_for(M * n, kThreads)), dim3(kThreads), 0, s, x, M, N,
          begin, n, y);
+}
+
+void keep_recurrent_inputs(const float* proj, int64_t n_tokens, int64_t P, int64_t n_conv, int64_t n_z,
+                           const int32_t* positions, const int32_t* token_row, const RecurrentRow* rows,
+                           int64_t n_pos, int64_t width, float* inputs, Stream s) {
+  if (n_tokens == 0) return;
+  if (n_tokens > 0x7fffffff) fail("[keep_recurrent_inputs] ", n_tokens, " tokens exceed one launch");
+  launch("keep_recurrent_inputs_kernel", keep_recurrent_inputs_kernel, dim3(unsigned(n_tokens)), dim3(kThreads), 0, s,
+         proj, P, n_conv, n_z, positions, token_row, rows, int(n_pos), width, inputs);
+}
+
+void gather_rows(const float* table, int64_t D, const int32_t* index, int64_t n, float* out, Stream s) {
+  if (n == 0 || D == 0) return;
+  if (n > 0x7fffffff) fail("[gather_rows] ", n, " rows exceed one launch");
+  launch("gather_rows_kernel", gather_rows_kernel, dim3(unsigned(n)), dim3(kThreads), 0, s, table, D, index, out);
 }
 
 void causal_conv1d(const float* x, const float* w, int64_t C, int64_t K, const RecurrentRow* rows, int64_t n_rows,

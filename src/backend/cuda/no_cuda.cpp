@@ -70,6 +70,11 @@ void block_tail(const BlockTail&, Stream) { no_cuda("block_tail"); }
 void swiglu_matmul(const float*, int64_t, int64_t, const half_bits*, Half, int64_t, float*, float*, Stream) {
   no_cuda("swiglu_matmul");
 }
+void keep_recurrent_inputs(const float*, int64_t, int64_t, int64_t, int64_t, const int32_t*, const int32_t*,
+                           const RecurrentRow*, int64_t, int64_t, float*, Stream) {
+  no_cuda("keep_recurrent_inputs");
+}
+void gather_rows(const float*, int64_t, const int32_t*, int64_t, float*, Stream) { no_cuda("gather_rows"); }
 void causal_conv1d(const float*, const float*, int64_t, int64_t, const RecurrentRow*, int64_t, int64_t, float*, bool,
                    float*, Stream) {
   no_cuda("causal_conv1d");
