@@ -77,7 +77,7 @@ Executor::Executor(Device device)
     : device_(device), graphs_(device == Device::CUDA && cuda_settings().graphs), scratch_(device) {}
 
 void Executor::run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, const Tensor& ids, const Body& body,
-                   bool eager) {
+                   std::vector<const void*> bound, bool eager) {
   const int64_t n_out = int64_t(plan.logit_tokens.size());
   if (!logits.defined() || logits.ndim() != 2 || logits.dim(0) != n_out ||
       (logits.device() != Device::CPU && logits.device() != device_))
@@ -99,7 +99,7 @@ void Executor::run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, con
   auto& step = steps_[{kv.id(), int64_t(plan.rows.size()), m, ctx}];
   const void* logits_at = direct ? logits.raw() : nullptr;
   const void* ids_at = ids.defined() ? ids.raw() : nullptr;
-  if (!step || step->logits_at != logits_at || step->ids_at != ids_at) {
+  if (!step || step->logits_at != logits_at || step->ids_at != ids_at || step->bound != bound) {
     // First step of this shape (or of new addresses): run it eagerly (its
     // allocations happen now, outside the recording), then record the same
     // step for later replays.
@@ -108,6 +108,7 @@ void Executor::run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, con
     step->work.reset();
     step->logits_at = logits_at;
     step->ids_at = ids_at;
+    step->bound = std::move(bound);
     upload(step->plan, device_, kv, ctx, ids);
     Tensor out = direct ? logits : step->scratch.get("logits", {n_out, n_vocab});
     body(step->plan, step->scratch, out);

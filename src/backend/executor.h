@@ -78,15 +78,17 @@ class Executor {
   // Runs `body` over `plan` for cache `kv` and leaves the logits in `logits`
   // ([n_out, n_vocab] f32 on the host or this device). ids: the plan's token
   // ids already on this device ([n_tokens] i32: a previous step's samples),
-  // or undefined (plan.tokens holds them). eager: never record (a body with
-  // host work of its own per step, such as taps).
+  // or undefined (plan.tokens holds them). bound: device addresses outside
+  // its scratch that the body reads or writes (hidden states in and out); a
+  // recording replays only for the same ones. eager: never record (a body
+  // with host work of its own per step, such as taps).
   // Decode steps (every row one token, one logit) and uniform verify steps
   // (every row the same 1 + k tokens, up to kMaxRecordedTokens, each token's
   // logits) are recorded once per (cache, rows, tokens a row, context
   // bucket) with their own scratch, so their addresses never move, and
   // replayed with the new layout.
   void run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, const Tensor& ids, const Body& body,
-           bool eager = false);
+           std::vector<const void*> bound = {}, bool eager = false);
 
  private:
   struct Step {
@@ -98,6 +100,7 @@ class Executor {
     // ids it embeds (null: the uploaded ones). Others record it again.
     const void* logits_at = nullptr;
     const void* ids_at = nullptr;
+    std::vector<const void*> bound;
   };
   Device device_;
   bool graphs_;

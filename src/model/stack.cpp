@@ -245,12 +245,14 @@ void Model::forward(Executor& executor, std::span<const ForwardRow> rows, KvCach
   check(hidden.in, "in");
   check(hidden.out, "out");
   prepare(rows, kv);
-  // Hidden-state traffic is addressed by the caller: such forwards are not recorded.
-  const bool eager = taps != nullptr || hidden.in.defined() || hidden.out.defined();
+  // Hidden states live where the caller put them: a recording is bound to
+  // their addresses (Runner keeps them in buffers of its own).
+  std::vector<const void*> bound;
+  for (const Tensor* t : {&hidden.in, &hidden.out}) bound.push_back(t->defined() ? t->raw() : nullptr);
   executor.run(
       plan, kv, logits, ids,
       [&](const BatchPlan& p, Scratch& scratch, const Tensor& out) { layers(p, kv, scratch, out, taps, hidden); },
-      eager);
+      std::move(bound), taps != nullptr);
 }
 
 }  // namespace augur

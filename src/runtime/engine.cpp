@@ -713,12 +713,11 @@ void Engine::launch(std::vector<Event>& out) {
     token_at.push_back(n_tokens);
     n_tokens += int64_t(tokens[i].size());
   }
-  HiddenIo hidden;
-  if (reads_hidden) hidden.out = empty_on(info().placement.device(), DType::F32, {n_tokens, info().d_model});
+  HiddenIo hidden;  // the drafters read them on the host
+  if (reads_hidden) hidden.out = Tensor::empty(DType::F32, {n_tokens, info().d_model});
   const Tensor logits =
       runner_->step(seqs, tokens, n_logits, host_logits ? LogitsOn::Host : LogitsOn::Device, hidden);
-  const Tensor hidden_host =
-      !reads_hidden ? Tensor() : hidden.out.device() == Device::CPU ? hidden.out : to_device(hidden.out, Device::CPU);
+  const Tensor hidden_host = hidden.out;
   for (Live* r : rows) {
     if (r->prefilling() || r->pending < 0) continue;
     r->pending = -1;  // fed by this step

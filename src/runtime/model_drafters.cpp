@@ -10,12 +10,18 @@ namespace augur {
 
 namespace {
 
-// The token of a logits row's largest entry (through the head's rows where it
-// is cut to a draft vocabulary).
-int32_t argmax(const float* row, const ModelInfo& info) {
-  const int64_t n = info.n_logits();
-  const auto best = int32_t(std::max_element(row, row + n) - row);
-  return info.head_rows.empty() ? best : info.head_rows[size_t(best)];
+// Each logits row's greedy token (through the head's rows where it is cut
+// to a draft vocabulary), drawn where the logits are: only the ids cross
+// to the host.
+std::vector<int32_t> greedy(Runner& runner, const Tensor& logits) {
+  const ModelInfo& info = runner.model().info();
+  const std::vector<ops::SampleRow> rows(size_t(logits.dim(0)));  // temperature 0: argmax
+  ops::SampledIds sampled = runner.sample(logits, rows);
+  const auto ids = sampled.host();
+  std::vector<int32_t> out(ids.begin(), ids.end());
+  if (!info.head_rows.empty())
+    for (int32_t& id : out) id = info.head_rows[size_t(id)];
+  return out;
 }
 
 // The model drafts run on: `model`, or its head cut to a draft vocabulary.
@@ -25,15 +31,13 @@ Model& cut(Model& model, std::span<const int32_t> vocab, std::unique_ptr<Model>&
   return *keep;
 }
 
-// A host buffer of rows as a tensor on `device`.
-Tensor placed(const std::vector<float>& rows, int64_t d, Device device) {
+// A host buffer of rows as a tensor.
+Tensor host_rows(const std::vector<float>& rows, int64_t d) {
   const int64_t n = int64_t(rows.size()) / d;
   Tensor t = Tensor::empty(DType::F32, {n, d});
   std::memcpy(t.data<float>(), rows.data(), rows.size() * sizeof(float));
-  return device == Device::CPU ? t : to_device(t, device);
+  return t;
 }
-
-Tensor on_host(const Tensor& t) { return t.device() == Device::CPU ? t : to_device(t, Device::CPU); }
 
 // ------------------------------------------------------------------ MTP head
 
@@ -104,9 +108,7 @@ class MtpDrafter final : public Drafter {
   void propose(std::span<DraftRow* const> rows, std::span<const std::span<const int32_t>> history,
                std::span<const int32_t> k, std::vector<std::vector<int32_t>>& drafts) override {
     drafts.assign(rows.size(), {});
-    const Model& head = runner_.model();
-    const int64_t d = head.info().d_model, n_logits = head.info().n_logits();
-    const Device device = head.info().placement.device();
+    const int64_t d = runner_.model().info().d_model;
     // The first draft: each row's entries for the positions committed since
     // its last round (the target's hidden state at e with token e + 1), the
     // last entry's logits giving the token after the pending one.
@@ -132,10 +134,10 @@ class MtpDrafter final : public Drafter {
       const std::vector<int32_t> wants(live.size(), 1);
       const int64_t n_tokens = int64_t(hidden_in.size()) / d;
       HiddenIo io;
-      io.in = placed(hidden_in, d, device);
-      io.out = empty_on(device, DType::F32, {n_tokens, d});
-      const Tensor logits = runner_.step(seqs, spans, wants, LogitsOn::Host, io);
-      const Tensor out = on_host(io.out);
+      io.in = host_rows(hidden_in, d);
+      io.out = Tensor::empty(DType::F32, {n_tokens, d});
+      const std::vector<int32_t> best = greedy(runner_, runner_.step(seqs, spans, wants, LogitsOn::Device, io));
+      const Tensor& out = io.out;
       // Rows wanting more chain on the head's own output at their last token.
       std::vector<size_t> next_live;
       std::vector<Sequence*> next_seqs;
@@ -145,7 +147,7 @@ class MtpDrafter final : public Drafter {
       for (size_t r = 0; r < live.size(); ++r) {
         end += int64_t(tokens[r].size());
         const size_t i = live[r];
-        drafts[i].push_back(argmax(logits.data<float>() + int64_t(r) * n_logits, head.info()));
+        drafts[i].push_back(best[r]);
         if (int32_t(drafts[i].size()) >= k[i]) continue;
         next_live.push_back(i);
         next_seqs.push_back(seqs[r]);
@@ -191,8 +193,7 @@ class ModelDrafter final : public Drafter {
   void propose(std::span<DraftRow* const> rows, std::span<const std::span<const int32_t>> history,
                std::span<const int32_t> k, std::vector<std::vector<int32_t>>& drafts) override {
     drafts.assign(rows.size(), {});
-    const ModelInfo& info = runner_.model().info();
-    const int64_t n_logits = info.n_logits(), chunk = runner_.options().prefill_chunk;
+    const int64_t chunk = runner_.options().prefill_chunk;
     // Align each row's sequence with its history: keep the longest common
     // prefix (short of the pending token, whose logits are needed), roll
     // back the rest.
@@ -237,7 +238,7 @@ class ModelDrafter final : public Drafter {
     for (int32_t step = 0; !live.empty(); ++step) {
       std::vector<std::span<const int32_t>> spans(tokens.begin(), tokens.end());
       const std::vector<int32_t> wants(live.size(), 1);
-      const Tensor logits = runner_.step(seqs, spans, wants, LogitsOn::Host);
+      const std::vector<int32_t> best = greedy(runner_, runner_.step(seqs, spans, wants, LogitsOn::Device));
       std::vector<size_t> next_live;
       std::vector<Sequence*> next_seqs;
       std::vector<std::vector<int32_t>> next_tokens;
@@ -245,7 +246,7 @@ class ModelDrafter final : public Drafter {
         const size_t i = live[r];
         // After the pending token: the state the next round rolls back to.
         if (step == 0 && seqs[r]->state_slot() >= 0) seqs[r]->capture();
-        drafts[i].push_back(argmax(logits.data<float>() + int64_t(r) * n_logits, info));
+        drafts[i].push_back(best[r]);
         if (int32_t(drafts[i].size()) >= k[i]) continue;
         next_live.push_back(i);
         next_seqs.push_back(seqs[r]);

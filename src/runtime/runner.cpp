@@ -63,7 +63,24 @@ Tensor Runner::run(std::span<Sequence* const> seqs, std::span<const std::span<co
   } else {
     logits = Tensor::empty(DType::F32, {n_out, n_vocab});
   }
-  model_->forward(executor_, rows, kv_, logits, ids, nullptr, hidden);
+  if (device == Device::CPU || (!hidden.in.defined() && !hidden.out.defined())) {
+    model_->forward(executor_, rows, kv_, logits, ids, nullptr, hidden);
+    return logits;
+  }
+  // Hidden states pass through buffers of this runner's, whose addresses
+  // repeat step after step, so that such steps are recorded like any other.
+  const int64_t n_tokens = (hidden.in.defined() ? hidden.in : hidden.out).dim(0);
+  const int64_t d = model_->info().d_model;
+  auto stable = [&](Tensor& buf, const Tensor& like) {
+    if (!like.defined()) return Tensor();
+    if (!buf.defined() || buf.numel() < like.numel()) buf = empty_on(device, DType::F32, {like.numel()});
+    const int64_t shape[] = {n_tokens, d};
+    return Tensor::view_of(buf.buffer(), 0, DType::F32, shape, 2);
+  };
+  HiddenIo io{stable(hidden_in_, hidden.in), stable(hidden_out_, hidden.out)};
+  if (io.in.defined()) copy_tensor(hidden.in, io.in);
+  model_->forward(executor_, rows, kv_, logits, ids, nullptr, io);
+  if (io.out.defined()) copy_tensor(io.out, hidden.out);
   return logits;
 }
 

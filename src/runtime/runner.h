@@ -41,7 +41,9 @@ class Runner {
   // Returns [sum n_logits, n_vocab] f32, rows in order. On LogitsOn::Device
   // the tensor lives on the model's device and stays valid until the next
   // step or feed of this runner. hidden: hidden states read beside the
-  // tokens or left beside the logits (Model::forward), rows as the tokens'.
+  // tokens or left beside the logits (Model::forward), rows as the tokens',
+  // on the host or the model's device (on an accelerator they pass through
+  // buffers of the runner's, so that such steps are recorded too).
   Tensor step(std::span<Sequence* const> seqs, std::span<const std::span<const int32_t>> tokens,
               std::span<const int32_t> n_logits, LogitsOn on = LogitsOn::Host, const HiddenIo& hidden = {});
 
@@ -87,6 +89,7 @@ class Runner {
   SlotPool slots_;
   Tensor device_logits_;  // LogitsOn::Device steps write here (grown on demand)
   Tensor device_ids_;     // sample() leaves ids here (grown on demand)
+  Tensor hidden_in_, hidden_out_;  // hidden states of a step on the device (grown on demand)
   int64_t refed_tokens_ = 0;
 };
 
