@@ -38,15 +38,22 @@ int64_t context_bucket(const BatchPlan& plan, const KvCache& kv) {
   return std::min(bucket, kv.n_blocks() * kv.block_size());
 }
 
-// The tokens a row of a recordable step: a decode step (one token a row) or
-// a uniform verify (1 + k tokens every row, every token's logits), which
-// launch the same work whatever the rows' positions; 0 for other steps.
+// The tokens a row of a recordable step: a decode step (one token a row), a
+// uniform verify (1 + k tokens every row, every token's logits) or a uniform
+// catch-up (1 + k tokens every row, the last one's logits: a draft head's
+// first step of a round), which launch the same work whatever the rows'
+// positions; 0 for other steps.
 int64_t recorded_tokens(const BatchPlan& plan) {
   if (plan.rows.empty()) return 0;
-  const int64_t m = plan.rows[0].n_tokens;
-  if (m < 1 || m > kMaxRecordedTokens || int64_t(plan.logit_tokens.size()) != m * int64_t(plan.rows.size())) return 0;
+  const int64_t m = plan.rows[0].n_tokens, n_rows = int64_t(plan.rows.size());
+  if (m < 1 || m > kMaxRecordedTokens) return 0;
   for (const auto& r : plan.rows)
     if (r.n_tokens != m) return 0;
+  const int64_t n_out = int64_t(plan.logit_tokens.size());
+  if (n_out == m * n_rows) return m;
+  if (n_out != n_rows) return 0;
+  for (int64_t i = 0; i < n_rows; ++i)
+    if (plan.logit_tokens[size_t(i)] != plan.rows[size_t(i)].token_begin + m - 1) return 0;
   return m;
 }
 
@@ -96,7 +103,7 @@ void Executor::run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, con
     if (!direct) copy_tensor(out, logits);
     return;
   }
-  auto& step = steps_[{kv.id(), int64_t(plan.rows.size()), m, ctx}];
+  auto& step = steps_[{kv.id(), int64_t(plan.rows.size()), m, n_out, ctx}];
   const void* logits_at = direct ? logits.raw() : nullptr;
   const void* ids_at = ids.defined() ? ids.raw() : nullptr;
   if (!step || step->logits_at != logits_at || step->ids_at != ids_at || step->bound != bound) {

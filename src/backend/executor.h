@@ -82,11 +82,12 @@ class Executor {
   // its scratch that the body reads or writes (hidden states in and out); a
   // recording replays only for the same ones. eager: never record (a body
   // with host work of its own per step, such as taps).
-  // Decode steps (every row one token, one logit) and uniform verify steps
-  // (every row the same 1 + k tokens, up to kMaxRecordedTokens, each token's
-  // logits) are recorded once per (cache, rows, tokens a row, context
-  // bucket) with their own scratch, so their addresses never move, and
-  // replayed with the new layout.
+  // Decode steps (every row one token, one logit) and uniform steps of
+  // several tokens a row (every row the same 1 + k tokens, up to
+  // kMaxRecordedTokens, with each token's logits or the last one's) are
+  // recorded once per (cache, rows, tokens a row, logits, context bucket)
+  // with their own scratch, so their addresses never move, and replayed with
+  // the new layout.
   void run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, const Tensor& ids, const Body& body,
            std::vector<const void*> bound = {}, bool eager = false);
 
@@ -105,7 +106,7 @@ class Executor {
   Device device_;
   bool graphs_;
   Scratch scratch_;  // forwards that are not recorded
-  std::map<std::tuple<uint64_t, int64_t, int64_t, int64_t>, std::unique_ptr<Step>> steps_;
+  std::map<std::tuple<uint64_t, int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<Step>> steps_;
 };
 
 }  // namespace augur
