@@ -39,10 +39,11 @@ int64_t context_bucket(const BatchPlan& plan, const KvCache& kv) {
 }
 
 // The tokens a row of a recordable step: a decode step (one token a row), a
-// uniform verify (1 + k tokens every row, every token's logits) or a uniform
+// uniform verify (1 + k tokens every row, every token's logits), a uniform
 // catch-up (1 + k tokens every row, the last one's logits: a draft head's
-// first step of a round), which launch the same work whatever the rows'
-// positions; 0 for other steps.
+// first step of a round) or uniform rows with no logits (a rollback's
+// replay), which launch the same work whatever the rows' positions; 0 for
+// other steps.
 int64_t recorded_tokens(const BatchPlan& plan) {
   if (plan.rows.empty()) return 0;
   const int64_t m = plan.rows[0].n_tokens, n_rows = int64_t(plan.rows.size());
@@ -50,7 +51,7 @@ int64_t recorded_tokens(const BatchPlan& plan) {
   for (const auto& r : plan.rows)
     if (r.n_tokens != m) return 0;
   const int64_t n_out = int64_t(plan.logit_tokens.size());
-  if (n_out == m * n_rows) return m;
+  if (n_out == 0 || n_out == m * n_rows) return m;
   if (n_out != n_rows) return 0;
   for (int64_t i = 0; i < n_rows; ++i)
     if (plan.logit_tokens[size_t(i)] != plan.rows[size_t(i)].token_begin + m - 1) return 0;
@@ -110,7 +111,7 @@ void Executor::run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, con
     // First step of this shape (or of new addresses): run it eagerly (its
     // allocations happen now, outside the recording), then record the same
     // step for later replays.
-    if (!step) step = std::make_unique<Step>(Step{Scratch(device_), plan, nullptr});
+    if (!step) step = std::make_unique<Step>(Step{Scratch(device_), plan, nullptr, nullptr, nullptr, {}});
     step->plan = plan;
     step->work.reset();
     step->logits_at = logits_at;

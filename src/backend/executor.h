@@ -72,8 +72,6 @@ class Executor {
 
   explicit Executor(Device device);
   Device device() const { return device_; }
-  // Buffers for work run eagerly beside the forwards (a rollback's replay).
-  Scratch& scratch() { return scratch_; }
 
   // Runs `body` over `plan` for cache `kv` and leaves the logits in `logits`
   // ([n_out, n_vocab] f32 on the host or this device). ids: the plan's token

@@ -325,6 +325,11 @@ void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v,
 // accelerator, `batch` must carry the device layout of these rows.
 void keep_recurrent_inputs(const Tensor& proj, int64_t n_conv, int64_t n_z, std::span<const RecurrentRow> rows,
                            const BatchView& batch, const Tensor& inputs);
+// The inverse, for every row whatever its length: out[t] = inputs[slot,
+// position % n_pos] (a rollback's replay reads its kept tokens back).
+// inputs: [n_slots, n_pos, W] f32; out: [n_tokens, W] f32
+void load_recurrent_inputs(const Tensor& inputs, std::span<const RecurrentRow> rows, const BatchView& batch,
+                           const Tensor& out);
 
 // Qwen3NextRMSNormGated: y = w * (x / sqrt(mean(x²) + eps)) * silu(z) per row.
 // x, z, y: [M, D] f32 (y may alias x); w: [D] f32
@@ -355,7 +360,7 @@ int64_t moe_experts_workspace(const Tensor& x, const Tensor& gate_up, const Tens
 void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& weights,
                  const Tensor& ids, const Tensor& out, const Tensor& workspace);
 
-// out[i, :] = x[idx[i], :].  x: [M, N] f32; out: [len(idx), N] f32
+// out[i, :] = x[idx[i], :].  x: [M, N] f32; out: [len(idx), N] f32 (CPU only)
 void gather_rows(const Tensor& x, std::span<const int32_t> idx, const Tensor& out);
 
 // out[idx[i], :] += scale[i] * x[i, :], for i in order.

@@ -290,6 +290,34 @@ void keep_recurrent_inputs(const Tensor& proj, int64_t n_conv, int64_t n_z, std:
                              inputs.data<float>());
 }
 
+void load_recurrent_inputs(const Tensor& inputs, std::span<const RecurrentRow> rows, const BatchView& batch,
+                           const Tensor& out) {
+  const char* op = "load_recurrent_inputs";
+  const Device dev = inputs.device();
+  require_all_on(op, dev, {{&inputs, "inputs"}, {&out, "out"}});
+  require(inputs.ndim() == 3 && out.ndim() == 2 && out.dim(1) == inputs.dim(2), op, "inputs must be [n_slots, n_pos, W], out [n_tokens, W]; got ",
+          inputs.shape_str(), ", ", out.shape_str());
+  const int64_t T = out.dim(0), W = out.dim(1), n_pos = inputs.dim(1);
+  require(int64_t(batch.positions.size()) == T, op, batch.positions.size(), " positions for ", T, " tokens");
+  check_recurrent_rows(op, rows, T, inputs.dim(0));
+  if (dev == Device::CUDA) {
+    const DeviceBatch* d = batch.device;
+    require(d != nullptr && d->recurrent_rows.defined() && d->recurrent_rows.dim(0) == int64_t(rows.size()) &&
+                d->token_row.numel() == T,
+            op, "a CUDA batch needs its device layout, with these rows");
+    cuda::load_recurrent_inputs(inputs.data<float>(), T, d->positions.data<int32_t>(), d->token_row.data<int32_t>(),
+                                static_cast<const cuda::RecurrentRow*>(d->recurrent_rows.raw()), n_pos, W,
+                                out.data<float>(), cuda::stream());
+    return;
+  }
+  for (const auto& row : rows)
+    for (int64_t i = 0; i < row.n_tokens; ++i) {
+      const int64_t t = int64_t(row.token_begin) + i;
+      const int64_t at = int64_t(row.slot) * n_pos + batch.positions[size_t(t)] % n_pos;
+      std::memcpy(out.data<float>() + t * W, inputs.data<float>() + at * W, size_t(W) * 4);
+    }
+}
+
 void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, const Tensor& y) {
   const Device dev = x.device();
   require_all_on("gated_rms_norm", dev, {{&x, "x"}, {&z, "z"}, {&w, "w"}, {&y, "y"}});

@@ -122,20 +122,12 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
 }
 
 void gather_rows(const Tensor& x, std::span<const int32_t> idx, const Tensor& out) {
-  const Device dev = x.device();
-  require_on("gather_rows", x, "x", dev);
-  require_on("gather_rows", out, "out", dev);
+  require_cpu_f32("gather_rows", x, "x");
+  require_cpu_f32("gather_rows", out, "out");
   const int64_t N = x.dim(-1), M = rows_of(x);
   require(out.dim(-1) == N && rows_of(out) == int64_t(idx.size()), "gather_rows", "out ", out.shape_str(),
           " should be [", idx.size(), ", ", N, "]");
   for (int32_t i : idx) require(i >= 0 && i < M, "gather_rows", "row ", i, " outside [0, ", M, ")");
-  if (dev == Device::CUDA) {
-    if (idx.empty()) return;
-    const auto ids = upload_bytes(idx.data(), idx.size_bytes());
-    cuda::gather_rows(x.data<float>(), N, static_cast<const int32_t*>(ids->data()), int64_t(idx.size()),
-                      out.data<float>(), cuda::stream());
-    return;
-  }
   cpu::gather_rows(x.data<float>(), N, idx, out.data<float>());
 }
 

@@ -98,14 +98,16 @@ Tensor gated_deltanet_mix(const Tensor& x, const GatedDeltaNetWeights& w, const 
   return core.reshape({T, H * dv});
 }
 
-void gated_deltanet_replay(std::span<const int32_t> kept, const GatedDeltaNetWeights& w, const GatedDeltaNetShape& s,
-                           std::span<const ops::RecurrentRow> rows, const ops::RecurrentLayer& state,
-                           Scratch& scratch) {
-  const int64_t T = int64_t(kept.size()), H = s.n_head, Hk = s.n_head_k, dk = s.head_dim_k, dv = s.head_dim_v;
+void gated_deltanet_replay(const GatedDeltaNetWeights& w, const GatedDeltaNetShape& s,
+                           std::span<const ops::RecurrentRow> rows, const ops::RecurrentLayer& state, Scratch& scratch,
+                           const ops::BatchView& batch) {
+  const int64_t T = int64_t(batch.positions.size()), H = s.n_head, Hk = s.n_head_k, dk = s.head_dim_k,
+                dv = s.head_dim_v;
   const int64_t C = s.conv_dim(), W = C + 2 * H;
   AUGUR_ASSERT(state.inputs.defined() && state.inputs.dim(2) == W, "input history of another shape");
+  const auto* layout = batch.device;
   Tensor in = scratch.get("gdn.kept", {T, W});
-  ops::gather_rows(state.inputs.reshape({state.inputs.dim(0) * state.inputs.dim(1), W}), kept, in);
+  ops::load_recurrent_inputs(state.inputs, rows, batch, in);
   // The verify's own values, so the conv and the recurrence redo its arithmetic.
   Tensor mixed = scratch.get("gdn.mixed", {T, C});
   Tensor b = scratch.get("gdn.b", {T, H});
@@ -114,7 +116,7 @@ void gated_deltanet_replay(std::span<const int32_t> kept, const GatedDeltaNetWei
   ops::slice_cols(in, C, b);
   ops::slice_cols(in, C + H, a);
   Tensor conv = scratch.get("gdn.conv", {T, C});
-  ops::causal_conv1d(mixed, w.conv, rows, state.conv, true, conv);
+  ops::causal_conv1d(mixed, w.conv, rows, state.conv, true, conv, layout);
   Tensor q = scratch.get("gdn.q", {T, Hk, dk});
   Tensor k = scratch.get("gdn.k", {T, Hk, dk});
   Tensor v = scratch.get("gdn.v", {T, H, dv});
@@ -123,7 +125,7 @@ void gated_deltanet_replay(std::span<const int32_t> kept, const GatedDeltaNetWei
   ops::slice_cols(conv, 2 * s.key_dim(), v.reshape({T, H * dv}));
   Tensor core = scratch.get("gdn.core", {T, H, dv});  // not read: only the state matters
   ops::gated_delta_rule_step(q, k, v, a, b, w.a_log, w.dt_bias, 1e-6f, 1.0f / std::sqrt(float(dk)), rows, state.state,
-                             core);
+                             core, layout);
 }
 
 }  // namespace augur

@@ -59,12 +59,10 @@ Tensor gated_deltanet_mix(const Tensor& x, const GatedDeltaNetWeights& w, const 
 // Brings each row's recurrent state (restored to where its kept inputs
 // begin) forward over tokens whose inputs a verify window left in the slot's
 // history (ops::keep_recurrent_inputs): the conv and the delta rule as the
-// window ran them, bit for bit, and nothing else of the layer.
-// kept: per token of the rows, its row of the history viewed [n_slots *
-// n_pos, conv_dim + 2 n_head] (slot * n_pos + position % n_pos); rows:
-// [token_begin, n_tokens, slot] over `kept`.
-void gated_deltanet_replay(std::span<const int32_t> kept, const GatedDeltaNetWeights& w, const GatedDeltaNetShape& s,
-                           std::span<const ops::RecurrentRow> rows, const ops::RecurrentLayer& state,
-                           Scratch& scratch);
+// window ran them, bit for bit, and nothing else of the layer. The batch's
+// rows and positions are those of the tokens replayed.
+void gated_deltanet_replay(const GatedDeltaNetWeights& w, const GatedDeltaNetShape& s,
+                           std::span<const ops::RecurrentRow> rows, const ops::RecurrentLayer& state, Scratch& scratch,
+                           const ops::BatchView& batch);
 
 }  // namespace augur

@@ -92,7 +92,8 @@ class Model {
   // drafts): each row's slot, put back to the state at pos0, leaves the
   // state after pos0 + n_tokens, bit for bit what the forward that fed them
   // left there, reading only the inputs that forward kept
-  // (KvCache::kInputHistory positions a slot) and no weight matrix.
+  // (KvCache::kInputHistory positions a slot) and no weight matrix. Run by an
+  // executor of its own (its recordings are of this work, not forwards).
   void replay_recurrent(Executor& executor, std::span<const ReplayRow> rows, KvCache& kv);
 
   // The checkpoint's multi-token-prediction head, null when it has none: a
@@ -116,11 +117,9 @@ class Model {
   // The forward's ops (an Executor::Body, with kv and taps).
   virtual void layers(const BatchPlan& plan, KvCache& kv, Scratch& scratch, const Tensor& logits, Taps* taps,
                       const HiddenIo& hidden) = 0;
-  // replay_recurrent's ops, every recurrent layer: kept[i] is token i's row
-  // of the layers' input histories (slot * n_pos + position % n_pos), rows
-  // index `kept`.
-  virtual void replay_layers(std::span<const int32_t> kept, std::span<const ops::RecurrentRow> rows, KvCache& kv,
-                             Scratch& scratch) = 0;
+  // replay_recurrent's ops over every recurrent layer (an Executor::Body
+  // with kv): the plan's rows and positions are the tokens replayed.
+  virtual void replay_layers(const BatchPlan& plan, KvCache& kv, Scratch& scratch) = 0;
 
   ModelInfo info_;
   std::unique_ptr<Model> mtp_;

@@ -175,12 +175,13 @@ class DecoderStack final : public Model {
     output_logits(x, w_.final_norm, cfg_.rms_eps, w_.head, plan, logits, scratch);
   }
 
-  void replay_layers(std::span<const int32_t> kept, std::span<const ops::RecurrentRow> rows, KvCache& kv,
-                     Scratch& scratch) override {
+  void replay_layers(const BatchPlan& plan, KvCache& kv, Scratch& scratch) override {
+    std::vector<ops::RecurrentRow> rec;
+    for (const auto& r : plan.rows) rec.push_back({r.token_begin, r.n_tokens, r.state_slot});
     for (int64_t i = 0; i < cfg_.n_layer; ++i) {
       const Block& l = w_.layers[size_t(i)];
       if (l.linear)
-        gated_deltanet_replay(kept, l.gdn, cfg_.gdn, rows, kv.recurrent_layer(cache_index_[size_t(i)]), scratch);
+        gated_deltanet_replay(l.gdn, cfg_.gdn, rec, kv.recurrent_layer(cache_index_[size_t(i)]), scratch, plan.view());
     }
   }
 
@@ -211,21 +212,32 @@ std::unique_ptr<Model> make_stack_model(const StackConfig& cfg, StackWeights wei
 }
 
 void Model::replay_recurrent(Executor& executor, std::span<const ReplayRow> rows, KvCache& kv) {
-  if (rows.empty()) return;
   if (info_.recurrent.n_layer == 0 || !kv.has_recurrent())
     fail("[replay] ", info_.model_type, " keeps no recurrent state to replay");
-  const int64_t n_pos = KvCache::kInputHistory;
-  std::vector<int32_t> kept;
-  std::vector<ops::RecurrentRow> rec;
+  // The rows as a forward's (no tokens read, no logits, no K/V touched), so
+  // that the executor uploads their layout and records uniform replays.
+  const int32_t none[KvCache::kInputHistory] = {};
+  std::vector<ForwardRow> fw;
+  std::vector<bool> used(size_t(kv.n_slots()), false);
   for (const ReplayRow& r : rows) {
-    if (r.slot < 0 || r.slot >= kv.n_slots() || r.pos0 < 0 || r.n_tokens < 0 || r.n_tokens > n_pos)
+    if (r.slot < 0 || r.slot >= kv.n_slots() || used[size_t(r.slot)] || r.pos0 < 0 || r.n_tokens < 0 ||
+        r.n_tokens > KvCache::kInputHistory)
       fail("[replay] row (slot ", r.slot, ", position ", r.pos0, ", ", r.n_tokens, " tokens) outside the ",
-           kv.n_slots(), " slots' histories of ", n_pos, " positions");
+           kv.n_slots(), " slots' histories of ", KvCache::kInputHistory, " positions, or a slot twice");
+    used[size_t(r.slot)] = true;
     if (r.n_tokens == 0) continue;
-    rec.push_back({int32_t(kept.size()), r.n_tokens, r.slot});
-    for (int32_t t = 0; t < r.n_tokens; ++t) kept.push_back(int32_t(r.slot * n_pos + (r.pos0 + t) % n_pos));
+    ForwardRow f;
+    f.tokens = std::span<const int32_t>(none, size_t(r.n_tokens));
+    f.pos0 = r.pos0;
+    f.n_logits = 0;
+    f.state_slot = r.slot;
+    fw.push_back(f);
   }
-  if (!rec.empty()) replay_layers(kept, rec, kv, executor.scratch());
+  if (fw.empty()) return;
+  BatchPlan plan = plan_batch(fw, info_.n_vocab, 0);
+  const Tensor no_logits = Tensor::empty(DType::F32, {0, info_.n_logits()});
+  executor.run(plan, kv, no_logits, Tensor(),
+               [&](const BatchPlan& p, Scratch& scratch, const Tensor&) { replay_layers(p, kv, scratch); });
 }
 
 void Model::forward(Executor& executor, std::span<const ForwardRow> rows, KvCache& kv, const Tensor& logits,

@@ -49,7 +49,8 @@ const std::pair<const char*, const char*> kSynthetic[] = {
       "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
       "tie_word_embeddings": false, "eos_token_id": [128001, 128008, 128009]})"},
     // Qwen3.5-27B's text_config (the published config.json nests it under a
-    // multimodal "qwen3_5" config): 48 Gated DeltaNet + 16 gated attention layers.
+    // multimodal "qwen3_5" config): 48 Gated DeltaNet + 16 gated attention
+    // layers, and the MTP head the checkpoint ships (`--draft mtp`).
     {"qwen3.5-27b", R"({"model_type": "qwen3_5_text", "architectures": ["Qwen3_5ForCausalLM"],
       "hidden_size": 5120, "num_hidden_layers": 64, "num_attention_heads": 24,
       "num_key_value_heads": 4, "head_dim": 256, "intermediate_size": 17408,
@@ -59,7 +60,7 @@ const std::pair<const char*, const char*> kSynthetic[] = {
       "linear_key_head_dim": 128, "linear_value_head_dim": 128, "attn_output_gate": true,
       "rope_parameters": {"rope_type": "default", "rope_theta": 10000000,
       "partial_rotary_factor": 0.25, "mrope_interleaved": true, "mrope_section": [11, 11, 10]},
-      "tie_word_embeddings": false, "eos_token_id": 248044})"},
+      "mtp_num_hidden_layers": 1, "tie_word_embeddings": false, "eos_token_id": 248044})"},
 };
 
 }  // namespace

@@ -11,6 +11,7 @@ Runner::Runner(Model& model, const RunnerOptions& opts)
     : model_(&model),
       opts_(opts),
       executor_(model.info().placement.device()),
+      replay_executor_(model.info().placement.device()),
       kv_(model.info().kv, (opts.max_cached_tokens + opts.block_size - 1) / opts.block_size, opts.block_size,
           model.info().recurrent, opts.max_sequences, model.info().placement.device()),
       pool_(kv_.n_blocks()),
@@ -113,7 +114,7 @@ void Runner::rollback(std::span<Sequence* const> seqs, std::span<const int64_t> 
       tokens.pop_back();
     }
   }
-  model_->replay_recurrent(executor_, rewound, kv_);
+  if (!rewound.empty()) model_->replay_recurrent(replay_executor_, rewound, kv_);
   if (replay.empty()) return;
   for (const auto& t : tokens) refed_tokens_ += int64_t(t.size());
   std::vector<std::span<const int32_t>> spans(tokens.begin(), tokens.end());

@@ -84,6 +84,7 @@ class Runner {
   Model* model_;
   RunnerOptions opts_;
   Executor executor_;
+  Executor replay_executor_;  // rollbacks' replays of the recurrence (recorded apart from forwards)
   KvCache kv_;
   BlockPool pool_;
   SlotPool slots_;

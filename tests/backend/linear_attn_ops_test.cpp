@@ -447,7 +447,7 @@ TEST(GatedDeltaRuleStep, EqualsNormGatesThenRecurrent) {
 
 // Verify windows (rows of 2..n_pos tokens) leave each token's conv input and
 // gate inputs at [slot, position % n_pos]; decode rows and longer rows leave
-// nothing; gather_rows reads them back.
+// nothing; load_recurrent_inputs reads them back.
 TEST(KeepRecurrentInputs, VerifyWindowsLeaveTheirInputsBySlotAndPosition) {
   std::mt19937 rng(7);
   const int64_t n_conv = 5, n_z = 3, H = 2, P = n_conv + n_z + 2 * H, W = n_conv + 2 * H, n_pos = 4, n_slots = 5;
@@ -479,14 +479,17 @@ TEST(KeepRecurrentInputs, VerifyWindowsLeaveTheirInputsBySlotAndPosition) {
       EXPECT_EQ(inputs.data<float>()[at * W], -7.0f) << "entry " << at << " written";
     }
 
-  const std::vector<int32_t> index = {2, 0, 3, 2};
-  Tensor out = Tensor::empty(DType::F32, {4, W});
-  const Tensor table = inputs.reshape({n_slots * n_pos, W});
-  ops::gather_rows(table, index, out);
-  for (size_t i = 0; i < index.size(); ++i)
-    EXPECT_EQ(std::memcmp(out.data<float>() + int64_t(i) * W, table.data<float>() + index[i] * W, size_t(W) * 4), 0);
-  const std::vector<int32_t> bad = {int32_t(n_slots * n_pos)};
-  EXPECT_THROW(ops::gather_rows(table, bad, out.slice_rows(0, 1)), Error);
+  // Read back (every row, whatever its length): the kept rows' tokens give
+  // their inputs again.
+  Tensor back = Tensor::empty(DType::F32, {T, W});
+  ops::load_recurrent_inputs(inputs, rows, ops::BatchView{attn, positions}, back);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const auto& row = rows[r];
+    for (int32_t t = 0; t < row.n_tokens; ++t) {
+      const int64_t i = row.token_begin + t, at = row.slot * n_pos + positions[size_t(i)] % n_pos;
+      EXPECT_EQ(std::memcmp(back.data<float>() + i * W, inputs.data<float>() + at * W, size_t(W) * 4), 0);
+    }
+  }
   Tensor narrow = Tensor::empty(DType::F32, {n_slots, n_pos, W + 1});
   EXPECT_THROW(ops::keep_recurrent_inputs(proj, n_conv, n_z, rows, ops::BatchView{attn, positions}, narrow), Error);
 }

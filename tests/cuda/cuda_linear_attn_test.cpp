@@ -160,9 +160,9 @@ TEST_F(CudaHybridOps, CausalConv1dCarriesItsTail) {
   }
 }
 
-// keep_recurrent_inputs from the batch's device layout, and gather_rows,
-// equal the CPU's bit for bit.
-TEST_F(CudaHybridOps, KeepRecurrentInputsAndGatherRows) {
+// keep_recurrent_inputs and load_recurrent_inputs from the batch's device
+// layout equal the CPU's bit for bit.
+TEST_F(CudaHybridOps, KeepAndLoadRecurrentInputs) {
   const int64_t n_conv = 37, n_z = 33, H = 3, P = n_conv + n_z + 2 * H, W = n_conv + 2 * H, n_pos = 8, n_slots = 6;
   const std::vector<int32_t> lens = {1, 5, 8, 9, 2, 33}, slots = {4, 0, 2, 1, 3, 5}, pos0 = {9, 6, 0, 2, 13, 40};
   std::vector<ops::RecurrentRow> rows;
@@ -183,12 +183,11 @@ TEST_F(CudaHybridOps, KeepRecurrentInputsAndGatherRows) {
   ops::keep_recurrent_inputs(proj, n_conv, n_z, rows, ops::BatchView{attn, positions}, want);
   ops::keep_recurrent_inputs(gpu(proj), n_conv, n_z, rows, ops::BatchView{attn, positions, &dev}, got);
   EXPECT_EQ(rel_err(got, want), 0.0f);
-  const std::vector<int32_t> index = {5, 0, 47, 5, 16};
-  Tensor g_want = Tensor::empty(DType::F32, {5, W});
-  ops::gather_rows(want.reshape({n_slots * n_pos, W}), index, g_want);
-  Tensor g_got = poisoned({5, W});
-  ops::gather_rows(got.reshape({n_slots * n_pos, W}), index, g_got);
-  EXPECT_EQ(rel_err(g_got, g_want), 0.0f);
+  Tensor back_want = Tensor::empty(DType::F32, {T, W});
+  ops::load_recurrent_inputs(want, rows, ops::BatchView{attn, positions}, back_want);
+  Tensor back_got = poisoned({T, W});
+  ops::load_recurrent_inputs(got, rows, ops::BatchView{attn, positions, &dev}, back_got);
+  EXPECT_EQ(rel_err(back_got, back_want), 0.0f);
   EXPECT_THROW(ops::keep_recurrent_inputs(gpu(proj), n_conv, n_z, rows, ops::BatchView{attn, positions}, got), Error)
       << "a CUDA batch without its layout";
 }

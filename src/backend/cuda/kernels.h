@@ -245,8 +245,10 @@ void slice_cols(const float* x, int64_t M, int64_t N, int64_t begin, int64_t n, 
 void keep_recurrent_inputs(const float* proj, int64_t n_tokens, int64_t P, int64_t n_conv, int64_t n_z,
                            const int32_t* positions, const int32_t* token_row, const RecurrentRow* rows,
                            int64_t n_pos, int64_t width, float* inputs, Stream s);
-// out[i, :] = table[index[i], :].  table: [*, D]; index: [n] (device); out: [n, D]
-void gather_rows(const float* table, int64_t D, const int32_t* index, int64_t n, float* out, Stream s);
+// ops::load_recurrent_inputs: out[t] = inputs[slot, position % n_pos] for every
+// token. inputs: [n_slots, n_pos, width]; out: [n_tokens, width]
+void load_recurrent_inputs(const float* inputs, int64_t n_tokens, const int32_t* positions, const int32_t* token_row,
+                           const RecurrentRow* rows, int64_t n_pos, int64_t width, float* out, Stream s);
 
 // Causal depthwise conv1d over each row's tokens continuing its kept tail,
 // SiLU when `silu`; leaves the last K-1 inputs of each row in its slot.

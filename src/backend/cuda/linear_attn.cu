@@ -26,7 +26,12 @@ __global__ void slice_cols_kernel(const float* __restrict__ x, int64_t M, int64_
   y[i] = x[m * N + begin + c];
 }
 
-// One block a token. proj: [n_tokens, P]; inputs: [n_slots, n_pos, width]
+// Columns of a row one block of the copies below moves: 4 a thread, so that
+// a verify's few rows still spread over many blocks (one block a row left
+// each thread a chain of dependent loads).
+constexpr int kCopyColumns = 4 * kThreads;
+
+// grid: (n_tokens, ceil(width / kCopyColumns)). proj: [n_tokens, P]; inputs: [n_slots, n_pos, width]
 __global__ void keep_recurrent_inputs_kernel(const float* __restrict__ proj, int64_t P, int64_t n_conv, int64_t n_z,
                                              const int32_t* __restrict__ positions,
                                              const int32_t* __restrict__ token_row,
@@ -38,16 +43,24 @@ __global__ void keep_recurrent_inputs_kernel(const float* __restrict__ proj, int
   if (row.n_tokens < 2 || row.n_tokens > n_pos) return;
   const float* src = proj + t * P;
   float* dst = inputs + (int64_t(row.slot) * n_pos + positions[t] % n_pos) * width;
-  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) dst[j] = src[j < n_conv ? j : j + n_z];
+  const int64_t j0 = int64_t(blockIdx.y) * kCopyColumns, j1 = min(width, j0 + kCopyColumns);
+#pragma unroll 4
+  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) dst[j] = src[j < n_conv ? j : j + n_z];
 }
 
-// One block a row of out. table: [*, D]; out: [n, D]
-__global__ void gather_rows_kernel(const float* __restrict__ table, int64_t D, const int32_t* __restrict__ index,
-                                   float* __restrict__ out) {
+// grid: (n_tokens, ceil(width / kCopyColumns)). inputs: [n_slots, n_pos, width]; out: [n_tokens, width]
+__global__ void load_recurrent_inputs_kernel(const float* __restrict__ inputs, const int32_t* __restrict__ positions,
+                                             const int32_t* __restrict__ token_row,
+                                             const RecurrentRow* __restrict__ rows, int n_pos, int64_t width,
+                                             float* __restrict__ out) {
   pdl_entry();
-  const float* src = table + int64_t(index[blockIdx.x]) * D;
-  float* dst = out + int64_t(blockIdx.x) * D;
-  for (int64_t j = threadIdx.x; j < D; j += blockDim.x) dst[j] = src[j];
+  const int64_t t = blockIdx.x;
+  const RecurrentRow row = rows[token_row[t]];
+  const float* src = inputs + (int64_t(row.slot) * n_pos + positions[t] % n_pos) * width;
+  float* dst = out + t * width;
+  const int64_t j0 = int64_t(blockIdx.y) * kCopyColumns, j1 = min(width, j0 + kCopyColumns);
+#pragma unroll 4
+  for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) dst[j] = src[j];
 }
 
 // Tokens of a row one block of the conv handles (outputs depend only on
@@ -434,14 +447,18 @@ void keep_recurrent_inputs(const float* proj, int64_t n_tokens, int64_t P, int64
                            int64_t n_pos, int64_t width, float* inputs, Stream s) {
   if (n_tokens == 0) return;
   if (n_tokens > 0x7fffffff) fail("[keep_recurrent_inputs] ", n_tokens, " tokens exceed one launch");
-  launch("keep_recurrent_inputs_kernel", keep_recurrent_inputs_kernel, dim3(unsigned(n_tokens)), dim3(kThreads), 0, s,
-         proj, P, n_conv, n_z, positions, token_row, rows, int(n_pos), width, inputs);
+  const dim3 grid(unsigned(n_tokens), blocks_for(width, kCopyColumns));
+  launch("keep_recurrent_inputs_kernel", keep_recurrent_inputs_kernel, grid, dim3(kThreads), 0, s, proj, P, n_conv,
+         n_z, positions, token_row, rows, int(n_pos), width, inputs);
 }
 
-void gather_rows(const float* table, int64_t D, const int32_t* index, int64_t n, float* out, Stream s) {
-  if (n == 0 || D == 0) return;
-  if (n > 0x7fffffff) fail("[gather_rows] ", n, " rows exceed one launch");
-  launch("gather_rows_kernel", gather_rows_kernel, dim3(unsigned(n)), dim3(kThreads), 0, s, table, D, index, out);
+void load_recurrent_inputs(const float* inputs, int64_t n_tokens, const int32_t* positions, const int32_t* token_row,
+                           const RecurrentRow* rows, int64_t n_pos, int64_t width, float* out, Stream s) {
+  if (n_tokens == 0) return;
+  if (n_tokens > 0x7fffffff) fail("[load_recurrent_inputs] ", n_tokens, " tokens exceed one launch");
+  const dim3 grid(unsigned(n_tokens), blocks_for(width, kCopyColumns));
+  launch("load_recurrent_inputs_kernel", load_recurrent_inputs_kernel, grid, dim3(kThreads), 0, s, inputs, positions,
+         token_row, rows, int(n_pos), width, out);
 }
 
 void causal_conv1d(const float* x, const float* w, int64_t C, int64_t K, const RecurrentRow* rows, int64_t n_rows,

@@ -74,7 +74,10 @@ void keep_recurrent_inputs(const float*, int64_t, int64_t, int64_t, int64_t, con
                            const RecurrentRow*, int64_t, int64_t, float*, Stream) {
   no_cuda("keep_recurrent_inputs");
 }
-void gather_rows(const float*, int64_t, const int32_t*, int64_t, float*, Stream) { no_cuda("gather_rows"); }
+void load_recurrent_inputs(const float*, int64_t, const int32_t*, const int32_t*, const RecurrentRow*, int64_t, int64_t,
+                           float*, Stream) {
+  no_cuda("load_recurrent_inputs");
+}
 void causal_conv1d(const float*, const float*, int64_t, int64_t, const RecurrentRow*, int64_t, int64_t, float*, bool,
                    float*, Stream) {
   no_cuda("causal_conv1d");
