@@ -97,7 +97,7 @@ struct AttnRow {
 struct DeviceBatch {
   Tensor tokens;        // [n_tokens] i32
   Tensor positions;     // [n_tokens] i32
-  Tensor slot_mapping;  // [n_tokens] i32: block * block_size + offset of each token
+  Tensor slot_mapping;  // [n_tokens] i32: block * block_size + offset of each token (-1: a row without blocks)
   Tensor token_row;     // [n_tokens] i32
   Tensor block_tables;  // [n_rows, max_blocks] i32 (unused entries -1)
   int32_t max_blocks = 0;

@@ -89,7 +89,9 @@ void reupload_batch(const DeviceBatch& into, std::span<const int32_t> tokens, st
       require(p < into.max_context, "upload_batch", "position ", p, " beyond the layout's context ",
               into.max_context);
       positions[t] = int32_t(p);
-      slots[t] = int32_t(row.block_table[size_t(p / block_size)] * block_size + p % block_size);
+      // A row without blocks (a rollback's replay) touches no K/V.
+      const size_t b = size_t(p / block_size);
+      slots[t] = b < row.block_table.size() ? int32_t(row.block_table[b] * block_size + p % block_size) : -1;
       token_row[t] = int32_t(r);
     }
   }

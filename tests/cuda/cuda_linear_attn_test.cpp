@@ -172,7 +172,8 @@ TEST_F(CudaHybridOps, KeepAndLoadRecurrentInputs) {
   for (size_t r = 0; r < lens.size(); ++r) {
     const int32_t begin = int32_t(positions.size());
     rows.push_back({begin, lens[r], slots[r]});
-    attn.push_back({begin, lens[r], pos0[r], table, slots[r]});
+    // The last row has no blocks, as a rollback's replay (no K/V touched).
+    attn.push_back({begin, lens[r], pos0[r], r + 1 < lens.size() ? std::span<const int32_t>(table) : std::span<const int32_t>(), slots[r]});
     for (int32_t t = 0; t < lens[r]; ++t) positions.push_back(pos0[r] + t), tokens.push_back(1);
   }
   const int64_t T = int64_t(positions.size());
