@@ -100,6 +100,25 @@ void check_recurrent_rows(const char* op, std::span<const RecurrentRow> rows, in
 
 }  // namespace
 
+namespace {
+
+// The rows of an input-history op over T tokens, checked against the
+// history's n_slots; on CUDA the batch's device layout holding these rows
+// (its positions, token rows and rows are what the kernels read), else null.
+const DeviceBatch* history_layout(const char* op, Device dev, std::span<const RecurrentRow> rows,
+                                  const BatchView& batch, int64_t T, int64_t n_slots) {
+  require(int64_t(batch.positions.size()) == T, op, batch.positions.size(), " positions for ", T, " tokens");
+  check_recurrent_rows(op, rows, T, n_slots);
+  if (dev != Device::CUDA) return nullptr;
+  const DeviceBatch* d = batch.device;
+  require(d != nullptr && d->recurrent_rows.defined() && d->recurrent_rows.dim(0) == int64_t(rows.size()) &&
+              d->token_row.numel() == T,
+          op, "a CUDA batch needs its device layout, with these rows");
+  return d;
+}
+
+}  // namespace
+
 void causal_conv1d(const Tensor& x, const Tensor& w, std::span<const RecurrentRow> rows,
                    const Tensor& conv_state, bool silu, const Tensor& out, const DeviceBatch* device) {
   const Device dev = x.device();
@@ -274,13 +293,7 @@ void keep_recurrent_inputs(const Tensor& proj, int64_t n_conv, int64_t n_z, std:
   require(n_conv >= 0 && n_z >= 0 && W >= n_conv && n_conv + n_z + (W - n_conv) == P && n_pos >= 1, op, "proj ",
           proj.shape_str(), " does not hold ", n_conv, " conv inputs, ", n_z, " z and the ", W - n_conv,
           " gate inputs of ", inputs.shape_str());
-  require(int64_t(batch.positions.size()) == T, op, batch.positions.size(), " positions for ", T, " tokens");
-  check_recurrent_rows(op, rows, T, inputs.dim(0));
-  if (dev == Device::CUDA) {
-    const DeviceBatch* d = batch.device;
-    require(d != nullptr && d->recurrent_rows.defined() && d->recurrent_rows.dim(0) == int64_t(rows.size()) &&
-                d->token_row.numel() == T,
-            op, "a CUDA batch needs its device layout, with these rows");
+  if (const DeviceBatch* d = history_layout(op, dev, rows, batch, T, inputs.dim(0))) {
     cuda::keep_recurrent_inputs(proj.data<float>(), T, P, n_conv, n_z, d->positions.data<int32_t>(),
                                 d->token_row.data<int32_t>(), static_cast<const cuda::RecurrentRow*>(d->recurrent_rows.raw()),
                                 n_pos, W, inputs.data<float>(), cuda::stream());
@@ -298,13 +311,7 @@ void load_recurrent_inputs(const Tensor& inputs, std::span<const RecurrentRow> r
   require(inputs.ndim() == 3 && out.ndim() == 2 && out.dim(1) == inputs.dim(2), op, "inputs must be [n_slots, n_pos, W], out [n_tokens, W]; got ",
           inputs.shape_str(), ", ", out.shape_str());
   const int64_t T = out.dim(0), W = out.dim(1), n_pos = inputs.dim(1);
-  require(int64_t(batch.positions.size()) == T, op, batch.positions.size(), " positions for ", T, " tokens");
-  check_recurrent_rows(op, rows, T, inputs.dim(0));
-  if (dev == Device::CUDA) {
-    const DeviceBatch* d = batch.device;
-    require(d != nullptr && d->recurrent_rows.defined() && d->recurrent_rows.dim(0) == int64_t(rows.size()) &&
-                d->token_row.numel() == T,
-            op, "a CUDA batch needs its device layout, with these rows");
+  if (const DeviceBatch* d = history_layout(op, dev, rows, batch, T, inputs.dim(0))) {
     cuda::load_recurrent_inputs(inputs.data<float>(), T, d->positions.data<int32_t>(), d->token_row.data<int32_t>(),
                                 static_cast<const cuda::RecurrentRow*>(d->recurrent_rows.raw()), n_pos, W,
                                 out.data<float>(), cuda::stream());

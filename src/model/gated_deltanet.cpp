@@ -17,6 +17,26 @@ Tensor part(const Tensor& flat, int64_t begin, std::initializer_list<int64_t> sh
   return flat.slice_rows(begin, begin + n).reshape(shape);
 }
 
+struct Heads {
+  Tensor q, k, v;  // [T, n_head_k, head_dim_k] x 2, [T, n_head, head_dim_v]
+};
+
+// Causal conv + SiLU over the carried tail, then split into q, k, v heads.
+// mixed: [T, conv_dim]
+Heads conv_heads(const Tensor& mixed, const GatedDeltaNetWeights& w, const GatedDeltaNetShape& s,
+                 std::span<const ops::RecurrentRow> rows, const ops::RecurrentLayer& state, Scratch& scratch,
+                 const ops::DeviceBatch* layout) {
+  const int64_t T = mixed.dim(0), Hk = s.n_head_k, dk = s.head_dim_k;
+  Tensor conv = scratch.get("gdn.conv", {T, s.conv_dim()});
+  ops::causal_conv1d(mixed, w.conv, rows, state.conv, true, conv, layout);
+  Heads h{scratch.get("gdn.q", {T, Hk, dk}), scratch.get("gdn.k", {T, Hk, dk}),
+          scratch.get("gdn.v", {T, s.n_head, s.head_dim_v})};
+  ops::slice_cols(conv, 0, h.q.reshape({T, Hk * dk}));
+  ops::slice_cols(conv, s.key_dim(), h.k.reshape({T, Hk * dk}));
+  ops::slice_cols(conv, 2 * s.key_dim(), h.v.reshape({T, s.value_dim()}));
+  return h;
+}
+
 }  // namespace
 
 Tensor gated_deltanet_mix(const Tensor& x, const GatedDeltaNetWeights& w, const GatedDeltaNetShape& s,
@@ -34,10 +54,10 @@ Tensor gated_deltanet_mix(const Tensor& x, const GatedDeltaNetWeights& w, const 
         return r.n_tokens >= 2 && r.n_tokens <= state.inputs.dim(1);
       }))
     ops::keep_recurrent_inputs(proj, C, V, rows, batch, state.inputs);
-  Tensor conv = scratch.get("gdn.conv", {T, C});
   if (T == 1) {
     // One token (a decode step): q, k, v, z, b, a read in place where they
     // lie back to back, and the gates, l2 norms and the recurrent step in one op.
+    Tensor conv = scratch.get("gdn.conv", {T, C});
     const Tensor flat_proj = proj.reshape({P});
     const Tensor mixed = part(flat_proj, 0, {1, C});
     const Tensor z = part(flat_proj, C, {H, dv});
@@ -62,14 +82,7 @@ Tensor gated_deltanet_mix(const Tensor& x, const GatedDeltaNetWeights& w, const 
   ops::slice_cols(proj, C, z.reshape({T, V}));
   ops::slice_cols(proj, C + V, b);
   ops::slice_cols(proj, C + V + H, a);
-  // Causal conv + SiLU over the carried tail, then split into heads.
-  ops::causal_conv1d(mixed, w.conv, rows, state.conv, true, conv, layout);
-  Tensor q = scratch.get("gdn.q", {T, Hk, dk});
-  Tensor k = scratch.get("gdn.k", {T, Hk, dk});
-  Tensor v = scratch.get("gdn.v", {T, H, dv});
-  ops::slice_cols(conv, 0, q.reshape({T, Hk * dk}));
-  ops::slice_cols(conv, s.key_dim(), k.reshape({T, Hk * dk}));
-  ops::slice_cols(conv, 2 * s.key_dim(), v.reshape({T, H * dv}));
+  const auto [q, k, v] = conv_heads(mixed, w, s, rows, state, scratch, layout);
   // The delta rule, each row in the form its length asks for. Short rows
   // (verify windows, short chunks) take the decode step's op, which folds
   // the q/k l2 norms and the gates into the recurrence: a token's result is
@@ -101,8 +114,7 @@ Tensor gated_deltanet_mix(const Tensor& x, const GatedDeltaNetWeights& w, const 
 void gated_deltanet_replay(const GatedDeltaNetWeights& w, const GatedDeltaNetShape& s,
                            std::span<const ops::RecurrentRow> rows, const ops::RecurrentLayer& state, Scratch& scratch,
                            const ops::BatchView& batch) {
-  const int64_t T = int64_t(batch.positions.size()), H = s.n_head, Hk = s.n_head_k, dk = s.head_dim_k,
-                dv = s.head_dim_v;
+  const int64_t T = int64_t(batch.positions.size()), H = s.n_head, dk = s.head_dim_k, dv = s.head_dim_v;
   const int64_t C = s.conv_dim(), W = C + 2 * H;
   AUGUR_ASSERT(state.inputs.defined() && state.inputs.dim(2) == W, "input history of another shape");
   const auto* layout = batch.device;
@@ -115,14 +127,7 @@ void gated_deltanet_replay(const GatedDeltaNetWeights& w, const GatedDeltaNetSha
   ops::slice_cols(in, 0, mixed);
   ops::slice_cols(in, C, b);
   ops::slice_cols(in, C + H, a);
-  Tensor conv = scratch.get("gdn.conv", {T, C});
-  ops::causal_conv1d(mixed, w.conv, rows, state.conv, true, conv, layout);
-  Tensor q = scratch.get("gdn.q", {T, Hk, dk});
-  Tensor k = scratch.get("gdn.k", {T, Hk, dk});
-  Tensor v = scratch.get("gdn.v", {T, H, dv});
-  ops::slice_cols(conv, 0, q.reshape({T, Hk * dk}));
-  ops::slice_cols(conv, s.key_dim(), k.reshape({T, Hk * dk}));
-  ops::slice_cols(conv, 2 * s.key_dim(), v.reshape({T, H * dv}));
+  const auto [q, k, v] = conv_heads(mixed, w, s, rows, state, scratch, layout);
   Tensor core = scratch.get("gdn.core", {T, H, dv});  // not read: only the state matters
   ops::gated_delta_rule_step(q, k, v, a, b, w.a_log, w.dt_bias, 1e-6f, 1.0f / std::sqrt(float(dk)), rows, state.state,
                              core, layout);
