@@ -2,8 +2,10 @@
 // the kernels of backend/cuda on Qwen3-8B shapes, timed with CUDA events over
 // CUDA-graph replays (as decode runs), median of several replays.
 //
-//   cuda_bench [--quick | --skinny-sweep | --stream-epi | --attention | --tail | --rope]
+//   cuda_bench [--quick | --skinny-sweep | --stream-epi [M] | --attention | --tail | --rope]
 //
+// --stream-epi M times the stream GEMV's fused ends at M rows of x (default 1;
+// 5 is a 1 + 4 verify step's).
 // Weights are rotated over enough copies to defeat the 60 MB L2, as a forward
 // pass reads each weight once; attention rotates over 36 layers' caches.
 #include <cuda_runtime.h>
@@ -221,7 +223,7 @@ void skinny_sweep(double bw) {
 // The stream GEMV's fused ends (detail::StreamGemv) against the plain one on
 // the decode tail's shapes, M = 1: us (GB/s of weights). "swiglu F+64" moves
 // the up rows 64 rows further from the gate rows (an address-aliasing check).
-void stream_epi_sweep(double bw) {
+void stream_epi_sweep(double bw, int64_t M) {
   using augur::cuda::detail::StreamEpi;
   using augur::cuda::detail::StreamGemv;
   struct EpiShape {
@@ -233,8 +235,8 @@ void stream_epi_sweep(double bw) {
                              {"8b gate_up 24576x4096", 24576, 4096, true}, {"8b down 4096x12288", 4096, 12288, false},
                              {"27b in_all 16480x5120", 16480, 5120, false}, {"27b gate_up 34816x5120", 34816, 5120, true},
                              {"27b down 5120x17408", 5120, 17408, false}};
-  std::printf("== stream GEMV ends, M = 1: us (GB/s) ==\n");
-  Buf<float> x(size_t(17408)), g(size_t(17408)), y(size_t(2) * 40000), y2(size_t(2) * 40000);
+  std::printf("== stream GEMV ends, M = %ld: us (GB/s) ==\n", long(M));
+  Buf<float> x(size_t(M) * 17408), g(size_t(17408)), y(size_t(M) * 40000), y2(size_t(M) * 40000);
   rand_f32(x.p, x.n, 1);
   rand_f32(g.p, g.n, 2);
   for (const EpiShape& sh : shapes) {
@@ -247,7 +249,7 @@ void stream_epi_sweep(double bw) {
       return time_graph([&](Stream s) {
                for (int c = 0; c < copies; ++c) {
                  StreamGemv q;
-                 q.x = x.p, q.M = 1, q.K = sh.K, q.ldx = sh.K, q.w = w.p + size_t(c) * wn, q.N = N;
+                 q.x = x.p, q.M = M, q.K = sh.K, q.ldx = sh.K, q.w = w.p + size_t(c) * wn, q.N = N;
                  q.y = y.p, q.ldy = epi == StreamEpi::SwiGLU ? N / 2 : N, q.epi = epi, q.norm = norm, q.g = g.p;
                  q.eps = 1e-6f;
                  if (epi == StreamEpi::Accumulate) q.y2 = y2.p;
@@ -407,7 +409,7 @@ int main(int argc, char** argv) {
   std::printf("ceiling: %.0f GB/s\n\n", bw);
   const bool attention_only = argc > 1 && std::strcmp(argv[1], "--attention") == 0;
   if (argc > 1 && std::strcmp(argv[1], "--stream-epi") == 0) {
-    stream_epi_sweep(bw);
+    stream_epi_sweep(bw, argc > 2 ? std::atoi(argv[2]) : 1);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--skinny-sweep") == 0) {
