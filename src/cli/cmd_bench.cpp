@@ -1,6 +1,6 @@
-// augur bench --synthetic NAME: prefill and decode speed of a model of a known
-// shape with random weights, against the copy bandwidth of the device it runs
-// on (measured here, counting bytes read + written).
+// augur bench (a checkpoint, or --synthetic NAME: a model of a known shape with
+// random weights): prefill and decode speed, against the device's copy
+// bandwidth (bytes read + written) and matrix-product peak, both measured here.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -60,6 +60,44 @@ double measure_copy_bandwidth(Device device) {
     synchronize(device);
     if (gpu || rep > 0) best = std::max(best, 2.0 * double(bytes) * copies / seconds(t0, Clock::now()));
   }
+  return best;
+}
+
+// The device's matrix-product peak as prefill computes its projections
+// (ops::linear: f32 x, bf16 weights, f32 y): a square product of side 8192
+// (1024 on the CPU) over random values (a GPU multiplying zeros runs faster
+// than on data), after 0.2 s of warm-up on a GPU, best of several, in FLOP/s.
+// Prefill's FLOP rate is reported as a fraction of it.
+double measure_gemm_peak(Device device) {
+  const bool gpu = device != Device::CPU;
+  const int64_t n = gpu ? 8192 : 1024;
+  Tensor x = Tensor::empty(DType::F32, {n, n}), w = Tensor::empty(DType::BF16, {n, n});
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  for (int64_t i = 0; i < n * n; ++i) {
+    const float v = dist(rng);
+    x.data<float>()[i] = v;
+    w.data<uint16_t>()[i] = f32_to_bf16(v * 0.03f);
+  }
+  x = to_device(x, device);
+  w = to_device(w, device);
+  Tensor y = empty_on(device, DType::F32, {n, n});
+  const int products = gpu ? 3 : 1;
+  auto time_once = [&] {
+    synchronize(device);
+    const auto t0 = Clock::now();
+    for (int p = 0; p < products; ++p) ops::linear(x, w, y);
+    synchronize(device);
+    return seconds(t0, Clock::now());
+  };
+  if (gpu) {
+    const auto warm = Clock::now();
+    while (seconds(warm, Clock::now()) < 0.2) time_once();
+  } else {
+    time_once();
+  }
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) best = std::max(best, 2.0 * double(n) * double(n) * double(n) * products / time_once());
   return best;
 }
 
@@ -199,6 +237,8 @@ int bench(const BenchArgs& a) {
 
   std::fprintf(stderr, "measuring %s copy bandwidth...\n", std::string(device_name(device)).c_str());
   const double copy_bw = measure_copy_bandwidth(device);
+  std::fprintf(stderr, "measuring %s matrix-product peak...\n", std::string(device_name(device)).c_str());
+  const double gemm_peak = measure_gemm_peak(device);
   const std::string name = a.synthetic.empty() ? a.model : a.synthetic;
   std::fprintf(stderr, "%s %s on %s...\n", a.synthetic.empty() ? "loading" : "building with random weights",
                name.c_str(), std::string(device_name(device)).c_str());
@@ -263,13 +303,18 @@ int bench(const BenchArgs& a) {
                           {"n_params", info.n_params},
                           {"weight_bytes", info.weight_bytes},
                           {"copy_bandwidth_bytes_per_s", copy_bw},
+                          {"gemm_peak_tflops", gemm_peak / 1e12},
                           {"prefill_tokens", prefill[0].tokens},
                           {"prefill_tokens_per_s", prefill[0].tokens_per_s},
                           {"prefill_tflops", prefill[0].tflops},
+                          {"prefill_fraction_of_gemm_peak", prefill[0].tflops * 1e12 / gemm_peak},
                           {"decode", d}};
     if (!a.spec.draft.empty()) out["draft"] = {{"source", a.spec.draft}, {"tokens", a.spec.k}};
     for (const auto& p : prefill)
-      out["prefill"].push_back({{"tokens", p.tokens}, {"tokens_per_s", p.tokens_per_s}, {"tflops", p.tflops}});
+      out["prefill"].push_back({{"tokens", p.tokens},
+                                {"tokens_per_s", p.tokens_per_s},
+                                {"tflops", p.tflops},
+                                {"fraction_of_gemm_peak", p.tflops * 1e12 / gemm_peak}});
     // The batch-1 figures at the top level, for scripts.
     if (!decode.empty()) {
       out["decode_tokens_per_s"] = decode[0].tokens_per_s;
@@ -282,9 +327,11 @@ int bench(const BenchArgs& a) {
               double(info.n_params) / 1e9, double(info.weight_bytes) / 1e9, std::string(device_name(device)).c_str(),
               device == Device::CPU ? (", " + std::to_string(threads) + " threads").c_str() : "");
   std::printf("copy bandwidth   %.2f GB/s (read + write)\n", copy_bw / 1e9);
+  std::printf("matrix products  %.2f TFLOP/s (f32 x bf16, %s)\n", gemm_peak / 1e12,
+              device == Device::CPU ? "1024 x 1024 x 1024" : "8192 x 8192 x 8192");
   for (const auto& p : prefill)
-    std::printf("prefill          %lld tokens: %.1f tok/s (%.2f TFLOP/s)\n", (long long)p.tokens, p.tokens_per_s,
-                p.tflops);
+    std::printf("prefill          %lld tokens: %.1f tok/s (%.2f TFLOP/s = %.1f%% of matrix products)\n",
+                (long long)p.tokens, p.tokens_per_s, p.tflops, 100.0 * p.tflops * 1e12 / gemm_peak);
   for (const auto& f : decode) {
     std::printf("decode           batch %lld, context %lld: %.2f tok/s, %.3f ms/step", (long long)f.batch,
                 (long long)f.context, f.tokens_per_s, 1e3 * f.seconds / double(f.steps));

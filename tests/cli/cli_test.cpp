@@ -292,6 +292,11 @@ TEST(Cli, BenchMeasuresACheckpoint) {
   ASSERT_EQ(j["decode"].size(), 2u);
   EXPECT_EQ(j["decode"][1]["batch"], 2);
   for (const auto& d : j["decode"]) EXPECT_GT(d["tokens_per_s"].get<double>(), 0.0);
+  // Prefill against the measured matrix-product peak.
+  EXPECT_GT(j["gemm_peak_tflops"].get<double>(), 0.0);
+  const double fraction = j["prefill"][0]["fraction_of_gemm_peak"].get<double>();
+  EXPECT_GT(fraction, 0.0);
+  EXPECT_DOUBLE_EQ(fraction, j["prefill"][0]["tflops"].get<double>() / j["gemm_peak_tflops"].get<double>());
 }
 
 // --- malformed checkpoints: each exits non-zero naming the file and problem ---
