@@ -35,51 +35,23 @@
 #include <random>
 #include <vector>
 
+#include "backend/cuda/common.cuh"  // mbarriers, bulk copies, ldmatrix, mma
+
 namespace {
+
+using augur::cuda::bulk_copy_g2s;
+using augur::cuda::ldmatrix_x4;
+using augur::cuda::mbar_arrive;
+using augur::cuda::mbar_arrive_expect_tx;
+using augur::cuda::mbar_init;
+using augur::cuda::mbar_init_fence;
+using augur::cuda::mbar_wait;
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
     std::fprintf(stderr, "tc_skinny_probe: %s: %s\n", what, cudaGetErrorString(e));
     std::exit(1);
   }
-}
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-                 : "=r"(done)
-                 : "r"(smem_u32(bar)), "r"(parity)
-                 : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void bulk_copy_g2s(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_u32(smem)),
-               "l"(gmem), "r"(bytes), "r"(smem_u32(bar))
-               : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 constexpr int kConsumers = 8, kThreads = (kConsumers + 1) * 32;
@@ -120,7 +92,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int n_groups = (n_units + R - 1) / R, n_chunks = K / KC, n_stages = n_groups * n_chunks;
   if (threadIdx.x == 0) {
     for (int i = 0; i < slots; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], kConsumers * 32);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init_fence();
   }
   __syncthreads();
   if (warp == kConsumers) {  // the producer
@@ -170,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           uint32_t a[4];
           ldmatrix_x4(a, st + size_t(i * 16 + (lane & 15)) * kPitch + kk + (lane >> 4) * 8);
 #pragma unroll
-          for (int p = 0; p < P; ++p) mma_bf16(acc[i], a, b[s][p][0], b[s][p][1]);
+          for (int p = 0; p < P; ++p) augur::cuda::mma_bf16_16816(acc[i], a, b[s][p][0], b[s][p][1]);
         }
       }
       mbar_arrive(&empty[slot]);
