@@ -274,7 +274,8 @@ void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v,
     std::shared_ptr<Buffer> keep;
     cuda::gated_delta_rule_chunked(q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(),
                                    beta.data<float>(), scale, chunk_size, cuda_dims(d), device_rows(rows, device, keep),
-                                   int64_t(rows.size()), state.data<float>(), out.data<float>(), cuda::stream());
+                                   int64_t(rows.size()), q.shape()[0], state.data<float>(), out.data<float>(),
+                                   cuda::stream());
     return;
   }
   cpu::gated_delta_rule_chunked(q.data<float>(), k.data<float>(), v.data<float>(), g.data<float>(),

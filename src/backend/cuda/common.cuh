@@ -87,6 +87,8 @@ struct Context {
   // x converted to bf16 for the tensor-core path; grows on demand (never
   // while a graph is being captured on `s`: it throws then).
   void* bf16_scratch(size_t bytes, Stream s);
+  // The chunked delta rule's per-chunk U, W, QK and gc; grows likewise.
+  void* delta_rule_scratch(size_t bytes, Stream s);
 
   int device = 0;
   int sm_count = 0;
@@ -97,6 +99,7 @@ struct Context {
   DeviceBuffer splitk_counters;     // kSplitKCounters int32, zero between launches
   DeviceBuffer attn_counters;       // kAttnCounters int32: flash-decoding split counters, zero between launches
   DeviceBuffer x_bf16;              // grows: bf16 copy of x for cuBLASLt
+  DeviceBuffer delta_rule;          // grows: gated_delta_rule_chunked's scratch
 
   std::mutex lt_mutex;              // guards lt_algos
   std::map<LtAlgoKey, cublasLtMatmulAlgo_t> lt_algos;

@@ -68,19 +68,31 @@ Context::~Context() {
   if (stream != nullptr) cudaStreamDestroy(stream);
 }
 
-void* Context::bf16_scratch(size_t bytes, Stream s) {
-  if (x_bf16.bytes() < bytes) {
+namespace {
+
+// A scratch buffer that grows (by a quarter more than asked) and never while
+// `s` is being captured: the old buffer may still be read by queued work, so
+// growing waits for the stream, which a capture cannot.
+void* grow(DeviceBuffer& b, size_t bytes, Stream s, const char* what) {
+  if (b.bytes() < bytes) {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     AUGUR_CUDA(cudaStreamIsCapturing(s, &status));
     if (status != cudaStreamCaptureStatusNone)
-      fail("[cuda] matmul: bf16 scratch of ", x_bf16.bytes(), " bytes must grow to ", bytes,
+      fail("[cuda] ", what, " scratch of ", b.bytes(), " bytes must grow to ", bytes,
            " during graph capture; run the step once before capturing it");
-    // The old buffer may still be read by queued work.
     AUGUR_CUDA(cudaStreamSynchronize(s));
-    x_bf16 = DeviceBuffer();
-    x_bf16 = DeviceBuffer(bytes + bytes / 4);
+    b = DeviceBuffer();
+    b = DeviceBuffer(bytes + bytes / 4);
   }
-  return x_bf16.get();
+  return b.get();
+}
+
+}  // namespace
+
+void* Context::bf16_scratch(size_t bytes, Stream s) { return grow(x_bf16, bytes, s, "matmul: bf16"); }
+
+void* Context::delta_rule_scratch(size_t bytes, Stream s) {
+  return grow(delta_rule, bytes, s, "gated_delta_rule_chunked");
 }
 
 Context& context() {

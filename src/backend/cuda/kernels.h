@@ -290,11 +290,12 @@ struct DeltaRuleFusion {
 void gated_delta_rule_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,
                                 float scale, const DeltaRuleDims& dims, const RecurrentRow* rows, int64_t n_rows,
                                 float* state, float* out, Stream s, const DeltaRuleFusion* fuse = nullptr);
-// Chunked form: one block per (row, value head, 32 state columns), chunks of
-// chunk_size (<= 64) tokens in shared memory, f32 throughout.
+// Chunked form (chunk_size <= 64 tokens, f32 throughout): every chunk's
+// UT transform at once into scratch, then one block per (row, value head, 32
+// state columns) walking the row's chunks. n_tokens: the tokens of q, k, v.
 void gated_delta_rule_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
                               float scale, int64_t chunk_size, const DeltaRuleDims& dims, const RecurrentRow* rows,
-                              int64_t n_rows, float* state, float* out, Stream s);
+                              int64_t n_rows, int64_t n_tokens, float* state, float* out, Stream s);
 
 // Qwen3NextRMSNormGated: y = w * (x / sqrt(mean(x^2) + eps)) * silu(z).
 // x, z, y: [M, D] f32 (y may alias x); w: [D] f32

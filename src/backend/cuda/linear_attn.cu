@@ -298,55 +298,190 @@ __global__ void __launch_bounds__(kCols* kNs) gdr_recurrent_kernel(
 static_assert(kNs == 4, "the shuffles above reduce over 4 lanes");
 
 // ---- The gated delta rule, chunked form ---------------------------------------
+// Two kernels, the UT transform as flash-linear-attention computes it:
+// gdr_chunk_prep_kernel takes every chunk of every row and head at once and
+// computes what does not depend on the state: the cumulative log-decay gc,
+// A[i][j] = beta_i (k_i·k_j) exp(gc_i - gc_j) (j < i), the solves
+// (I + A) U = beta v and (I + A) W = beta exp(gc) k by forward substitution
+// (a thread a column), and QK[i][j] = (q_i·k_j) exp(gc_i - gc_j) (j <= i);
+// U, W, QK and gc go to scratch. gdr_chunk_scan_kernel, one block per (row,
+// value head, bv state columns), walks a row's chunks in order:
+//   v_new = U - W S
+//   out_i = exp(gc_i) (q_i S) + sum_{j <= i} QK_ij v_new_j
+//   S <- exp(gc_last) S + sum_i k_i exp(gc_last - gc_i) v_new_iᵀ
+// (the CPU op's form). Why two: with both halves in one sequential loop, each
+// of a head's column blocks computed A and QK again and one thread a column
+// substituted, chunk after chunk: 416 of the 650 ms of a 2048-token prefill
+// of the Qwen3.5-27B shape on the H200.
+// Chunks are numbered over the rows in order (row r's first is base(r), the
+// sum of ceil(n_tokens / C) before it); the call walks them in segments of
+// at most kSegmentChunks (a prep launch, then a scan launch that carries the
+// state in memory), so that scratch stays bounded: per (chunk b - b0 of the
+// segment, head h), W [C, dk], U [C, dv], QK [C, C], gc [C], ~61 KB a token
+// a segment on the Qwen3.5 shapes.
 
 constexpr int kMaxChunk = 64;
 constexpr int kChunkThreads = 256;
+constexpr int kScanColumns = 32;     // state columns a scan block owns
+constexpr int kSegmentChunks = 64;   // chunks a prep launch covers: 4096 tokens of 64
 
-// Shared memory of the chunked kernel, in floats: K and scaled Q of a chunk
-// (rows padded to dk + 1 against bank conflicts), the intra-chunk matrices A
-// and QK, the state tile, v_new, and per-token gc, beta, decay to the end.
-struct ChunkSmem {
-  int dkp, C, bv;
+struct ChunkScratch {
+  int64_t nb, H, C, dk, dv;
+  __host__ __device__ int64_t w(int64_t b, int64_t h) const { return ((b * H + h) * C) * dk; }
+  __host__ __device__ int64_t u(int64_t b, int64_t h) const { return nb * H * C * dk + ((b * H + h) * C) * dv; }
+  __host__ __device__ int64_t qk(int64_t b, int64_t h) const {
+    return nb * H * C * (dk + dv) + ((b * H + h) * C) * C;
+  }
+  __host__ __device__ int64_t gc(int64_t b, int64_t h) const { return nb * H * C * (dk + dv + C) + (b * H + h) * C; }
+  __host__ __device__ int64_t total() const { return nb * H * C * (dk + dv + C + 1); }
+};
+
+__device__ __forceinline__ int chunks_of(const RecurrentRow& r, int C) { return r.n_tokens > 0 ? (r.n_tokens + C - 1) / C : 0; }
+
+// Shared memory of the prep kernel, in floats: K (rows padded to dk + 1
+// against bank conflicts), then scaled Q, whose room the substitution's
+// columns [C][kChunkThreads] reuse, A [C][C], gc and beta.
+struct PrepSmem {
+  int dkp, C;
   __host__ __device__ int64_t k() const { return 0; }
   __host__ __device__ int64_t q() const { return k() + int64_t(C) * dkp; }
-  __host__ __device__ int64_t a() const { return q() + int64_t(C) * dkp; }
-  __host__ __device__ int64_t qk() const { return a() + int64_t(C) * C; }
-  __host__ __device__ int64_t s() const { return qk() + int64_t(C) * C; }
-  __host__ __device__ int64_t vn() const { return s() + int64_t(dkp - 1) * bv; }
-  __host__ __device__ int64_t gc() const { return vn() + int64_t(C) * bv; }
+  __host__ __device__ int64_t a() const {
+    return q() + (int64_t(C) * dkp > int64_t(C) * kChunkThreads ? int64_t(C) * dkp : int64_t(C) * kChunkThreads);
+  }
+  __host__ __device__ int64_t gc() const { return a() + int64_t(C) * C; }
   __host__ __device__ int64_t beta() const { return gc() + C; }
-  __host__ __device__ int64_t dec() const { return beta() + C; }
+  __host__ __device__ int64_t total() const { return beta() + C; }
+};
+
+// grid: (chunks of the segment, n_head); block: kChunkThreads.
+__global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const float* __restrict__ g, const float* __restrict__ beta, float scale, int C, int n_head_k, int n_head, int dk,
+    int dv, const RecurrentRow* __restrict__ rows, int n_rows, int b0, ChunkScratch sc, float* __restrict__ scratch) {
+  pdl_entry();
+  extern __shared__ float smem[];
+  // This block's (row, chunk): chunk b0 + blockIdx.x of the rows in order.
+  int b = b0 + int(blockIdx.x), r = 0;
+  for (; r < n_rows; ++r) {
+    const int nc = chunks_of(rows[r], C);
+    if (b < nc) break;
+    b -= nc;
+  }
+  if (r == n_rows) return;  // past the last chunk (uniform over the block)
+  const RecurrentRow row = rows[r];
+  const int c0 = b * C, n = min(C, row.n_tokens - c0), h = int(blockIdx.y), hk = h / (n_head / n_head_k);
+  const int64_t t0 = int64_t(row.token_begin) + c0, cb = int64_t(blockIdx.x);  // its place in the segment
+  const PrepSmem L{dk + 1, C};
+  const int dkp = L.dkp;
+  float* sK = smem + L.k();  // [C, dkp]
+  float* sQ = smem + L.q();  // [C, dkp], scaled; then the substitution's columns [C, kChunkThreads]
+  float* sA = smem + L.a();  // [C, C]
+  float* sGc = smem + L.gc();
+  float* sBeta = smem + L.beta();
+  for (int idx = threadIdx.x; idx < n * dk; idx += blockDim.x) {
+    const int i = idx / dk, a = idx % dk;
+    const int64_t src = ((t0 + i) * n_head_k + hk) * dk + a;
+    sK[i * dkp + a] = k[src];
+    sQ[i * dkp + a] = q[src] * scale;
+  }
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    sGc[i] = g[(t0 + i) * n_head + h];
+    sBeta[i] = beta[(t0 + i) * n_head + h];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {  // the cumulative log-decay, in token order
+    float cum = 0.0f;
+    for (int i = 0; i < n; ++i) {
+      cum += sGc[i];
+      sGc[i] = cum;
+    }
+  }
+  __syncthreads();
+  float* gc_out = scratch + sc.gc(cb, h);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) gc_out[i] = sGc[i];
+  // A (strictly lower) into shared memory, QK (lower, diagonal included) to scratch.
+  float* qk_out = scratch + sc.qk(cb, h);
+  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
+    const int i = idx / n, j = idx % n;
+    if (j > i) continue;
+    float kk = 0.0f, qk = 0.0f;
+    for (int a = 0; a < dk; ++a) {
+      const float kj = sK[j * dkp + a];
+      kk += sK[i * dkp + a] * kj;
+      qk += sQ[i * dkp + a] * kj;
+    }
+    const float e = expf(sGc[i] - sGc[j]);
+    sA[i * C + j] = j < i ? sBeta[i] * kk * e : 0.0f;
+    qk_out[i * C + j] = qk * e;
+  }
+  __syncthreads();  // A complete; Q no longer read, its room becomes the columns
+  // Forward substitution, a thread a column of [U | W] (dv + dk columns, in
+  // passes of kChunkThreads): x_i = rhs_i - sum_{j < i} A_ij x_j.
+  float* sCol = sQ;  // [C, kChunkThreads]
+  float* u_out = scratch + sc.u(cb, h);
+  float* w_out = scratch + sc.w(cb, h);
+  for (int x0 = 0; x0 < dv + dk; x0 += kChunkThreads) {
+    const int x = x0 + int(threadIdx.x);
+    if (x < dv + dk) {
+      float* col = sCol + threadIdx.x;
+      for (int i = 0; i < n; ++i) {
+        float rhs;
+        if (x < dv)
+          rhs = sBeta[i] * v[((t0 + i) * n_head + h) * dv + x];
+        else
+          rhs = sBeta[i] * expf(sGc[i]) * sK[i * dkp + (x - dv)];
+        for (int j = 0; j < i; ++j) rhs -= sA[i * C + j] * col[j * kChunkThreads];
+        col[i * kChunkThreads] = rhs;
+        if (x < dv)
+          u_out[int64_t(i) * dv + x] = rhs;
+        else
+          w_out[int64_t(i) * dk + (x - dv)] = rhs;
+      }
+    }
+  }
+}
+
+// Shared memory of the scan kernel, in floats: the state tile [dk, bv], Q
+// (scaled), K and W of a chunk [C, dk + 1] each, QK [C, C], v_new [C, bv], gc
+// and the decay to the chunk's end.
+struct ScanSmem {
+  int dkp, C, bv;
+  __host__ __device__ int64_t s() const { return 0; }
+  __host__ __device__ int64_t q() const { return s() + int64_t(dkp - 1) * bv; }
+  __host__ __device__ int64_t k() const { return q() + int64_t(C) * dkp; }
+  __host__ __device__ int64_t w() const { return k() + int64_t(C) * dkp; }
+  __host__ __device__ int64_t qk() const { return w() + int64_t(C) * dkp; }
+  __host__ __device__ int64_t vn() const { return qk() + int64_t(C) * C; }
+  __host__ __device__ int64_t gc() const { return vn() + int64_t(C) * bv; }
+  __host__ __device__ int64_t dec() const { return gc() + C; }
   __host__ __device__ int64_t total() const { return dec() + C; }
 };
 
-// Reference: torch_chunk_gated_delta_rule. Per chunk of L tokens with
-// cumulative log-decay gc (A[i][j] = beta_i (k_i·k_j) exp(gc_i - gc_j), j < i):
-//   v_new = (I + A)^-1 beta (v - exp(gc) K S)   (forward substitution)
-//   out_i = exp(gc_i) (q_i S) + sum_{j <= i} (q_i·k_j) exp(gc_i - gc_j) v_new_j
-//   S <- exp(gc_last) S + sum_i k_i exp(gc_last - gc_i) v_new_iᵀ
-// (the CPU op's U - W S, with W S folded in before the substitution: equal
-// within float rounding). Columns of S evolve independently, so a block owns
-// `bv` of them. grid: (n_rows, n_head, ceil(dv / bv)); block: kChunkThreads.
-__global__ void __launch_bounds__(kChunkThreads) gdr_chunked_kernel(
-    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-    const float* __restrict__ g, const float* __restrict__ beta, float scale, int C, int n_head_k, int n_head, int dk,
-    int dv, int bv, const RecurrentRow* __restrict__ rows, float* __restrict__ state, float* __restrict__ out) {
+// grid: (n_rows, n_head, ceil(dv / bv)); block: kChunkThreads. Chunks b0..b1 - 1.
+__global__ void __launch_bounds__(kChunkThreads) gdr_chunk_scan_kernel(
+    const float* __restrict__ q, const float* __restrict__ k, float scale, int C, int n_head_k, int n_head, int dk,
+    int dv, int bv, const RecurrentRow* __restrict__ rows, int b0, int b1, ChunkScratch sc,
+    const float* __restrict__ scratch, float* __restrict__ state, float* __restrict__ out) {
   pdl_entry();
   extern __shared__ float smem[];
-  const RecurrentRow row = rows[blockIdx.x];
-  if (row.n_tokens <= 0) return;  // uniform over the block
+  const int r = int(blockIdx.x);
+  const RecurrentRow row = rows[r];
+  int base = 0;  // the row's first chunk
+  for (int rr = 0; rr < r; ++rr) base += chunks_of(rows[rr], C);
+  // The row's chunks in this segment (uniform over the block).
+  const int lo = max(0, b0 - base), hi = min(chunks_of(row, C), b1 - base);
+  if (lo >= hi) return;
   const int h = blockIdx.y, hk = h / (n_head / n_head_k), col0 = blockIdx.z * bv;
   const int ncol = min(bv, dv - col0);
-  const ChunkSmem L{dk + 1, C, bv};
+  const ScanSmem L{dk + 1, C, bv};
   const int dkp = L.dkp;
-  float* sK = smem + L.k();    // [C, dkp]
-  float* sQ = smem + L.q();    // [C, dkp], scaled
-  float* sA = smem + L.a();    // [C, C]
-  float* sQK = smem + L.qk();  // [C, C]
   float* sS = smem + L.s();    // [dk, bv]
-  float* sV = smem + L.vn();   // [C, bv]
+  float* sQ = smem + L.q();    // [C, dkp], scaled
+  float* sK = smem + L.k();    // [C, dkp]
+  float* sW = smem + L.w();    // [C, dkp]
+  float* sQK = smem + L.qk();  // [C, C]
+  float* sV = smem + L.vn();   // [C, bv]: U, then v_new
   float* sGc = smem + L.gc();
-  float* sBeta = smem + L.beta();
   float* sDec = smem + L.dec();
   float* S = state + (int64_t(row.slot) * n_head + h) * dk * dv;  // [dk, dv]
 
@@ -354,57 +489,38 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunked_kernel(
     const int a = idx / bv, j = idx % bv;
     sS[idx] = j < ncol ? S[int64_t(a) * dv + col0 + j] : 0.0f;
   }
-  for (int c0 = 0; c0 < row.n_tokens; c0 += C) {
-    const int n = min(C, row.n_tokens - c0);
-    const int64_t t0 = int64_t(row.token_begin) + c0;
+  for (int cb = lo; cb < hi; ++cb) {
+    const int c0 = cb * C, n = min(C, row.n_tokens - c0);
+    const int64_t t0 = int64_t(row.token_begin) + c0, b = base + cb - b0;  // in the segment's scratch
     __syncthreads();  // the previous chunk is done with every buffer
+    const float* w_in = scratch + sc.w(b, h);
     for (int idx = threadIdx.x; idx < n * dk; idx += blockDim.x) {
       const int i = idx / dk, a = idx % dk;
       const int64_t src = ((t0 + i) * n_head_k + hk) * dk + a;
       sK[i * dkp + a] = k[src];
       sQ[i * dkp + a] = q[src] * scale;
+      sW[i * dkp + a] = w_in[int64_t(i) * dk + a];
     }
-    if (threadIdx.x == 0) {
-      float cum = 0.0f;
-      for (int i = 0; i < n; ++i) {
-        cum += g[(t0 + i) * n_head + h];
-        sGc[i] = cum;
-        sBeta[i] = beta[(t0 + i) * n_head + h];
-      }
-      for (int i = 0; i < n; ++i) sDec[i] = expf(cum - sGc[i]);
+    const float* qk_in = scratch + sc.qk(b, h);
+    for (int idx = threadIdx.x; idx < n * C; idx += blockDim.x) {
+      const int i = idx / C, j = idx % C;
+      if (j <= i) sQK[idx] = qk_in[idx];
     }
-    __syncthreads();
-    // A (strictly lower) and QK (lower, diagonal included).
-    for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-      const int i = idx / n, j = idx % n;
-      if (j > i) continue;
-      float kk = 0.0f, qk = 0.0f;
-      for (int a = 0; a < dk; ++a) {
-        const float kj = sK[j * dkp + a];
-        kk += sK[i * dkp + a] * kj;
-        qk += sQ[i * dkp + a] * kj;
-      }
-      const float e = expf(sGc[i] - sGc[j]);
-      sA[i * C + j] = j < i ? sBeta[i] * kk * e : 0.0f;
-      sQK[i * C + j] = qk * e;
-    }
-    // R = beta (v - exp(gc) K S) into sV.
+    const float* u_in = scratch + sc.u(b, h);
     for (int idx = threadIdx.x; idx < n * bv; idx += blockDim.x) {
       const int i = idx / bv, j = idx % bv;
-      float ks = 0.0f;
-      for (int a = 0; a < dk; ++a) ks += sK[i * dkp + a] * sS[a * bv + j];
-      const float vij = j < ncol ? v[((t0 + i) * n_head + h) * dv + col0 + j] : 0.0f;
-      sV[i * bv + j] = sBeta[i] * (vij - expf(sGc[i]) * ks);
+      sV[idx] = j < ncol ? u_in[int64_t(i) * dv + col0 + j] : 0.0f;
     }
+    const float* gc_in = scratch + sc.gc(b, h);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sGc[i] = gc_in[i];
     __syncthreads();
-    // Forward substitution, one thread per column: v_new_i = R_i - sum_{j<i} A_ij v_new_j.
-    if (threadIdx.x < bv) {
-      const int j = threadIdx.x;
-      for (int i = 1; i < n; ++i) {
-        float r = sV[i * bv + j];
-        for (int jj = 0; jj < i; ++jj) r -= sA[i * C + jj] * sV[jj * bv + j];
-        sV[i * bv + j] = r;
-      }
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sDec[i] = expf(sGc[n - 1] - sGc[i]);
+    // v_new = U - W S
+    for (int idx = threadIdx.x; idx < n * bv; idx += blockDim.x) {
+      const int i = idx / bv, j = idx % bv;
+      float ws = 0.0f;
+      for (int a = 0; a < dk; ++a) ws += sW[i * dkp + a] * sS[a * bv + j];
+      sV[idx] -= ws;
     }
     __syncthreads();
     // Outputs, from the state before this chunk.
@@ -538,24 +654,40 @@ void gated_delta_rule_recurrent(const float* q, const float* k, const float* v, 
 
 void gated_delta_rule_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
                               float scale, int64_t chunk_size, const DeltaRuleDims& d, const RecurrentRow* rows,
-                              int64_t n_rows, float* state, float* out, Stream s) {
+                              int64_t n_rows, int64_t n_tokens, float* state, float* out, Stream s) {
   check_delta_rule_launch("gated_delta_rule_chunked", d, n_rows);
   if (chunk_size < 1 || chunk_size > kMaxChunk)
     fail("[gated_delta_rule_chunked] chunk_size ", chunk_size, " outside [1, ", kMaxChunk, "] on CUDA");
-  if (n_rows == 0 || d.head_dim_v == 0) return;
-  const int bv = 32;
-  const ChunkSmem layout{int(d.head_dim_k) + 1, int(chunk_size), bv};
-  const size_t smem = size_t(layout.total()) * sizeof(float);
-  static size_t granted = 0;  // the kernel's dynamic shared memory limit, raised once as needed
-  if (smem > 48 * 1024 && smem > granted) {
-    AUGUR_CUDA(cudaFuncSetAttribute(gdr_chunked_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    granted = smem;
+  if (n_rows == 0 || n_tokens <= 0 || d.head_dim_v == 0) return;
+  const int dk = int(d.head_dim_k), dv = int(d.head_dim_v), H = int(d.n_head), bv = kScanColumns;
+  // Chunks shorter than asked where the scan's shared memory would not fit
+  // (head_dim_k > 128): the result differs by rounding only.
+  int C = int(chunk_size);
+  while (C > 8 && ScanSmem{dk + 1, C, bv}.total() * int64_t(sizeof(float)) > 227 * 1024) C /= 2;
+  const int64_t n_chunks = ceil_div(n_tokens, int64_t(C)) + n_rows;  // a bound: rows may end mid-chunk
+  if (n_chunks > 0x7fffffff) fail("[gated_delta_rule_chunked] ", n_tokens, " tokens exceed one launch");
+  const ChunkScratch sc{std::min<int64_t>(n_chunks, kSegmentChunks), H, C, dk, dv};
+  float* scratch = static_cast<float*>(context().delta_rule_scratch(size_t(sc.total()) * sizeof(float), s));
+  auto grant = [](auto kernel, size_t smem, size_t& granted) {  // raised once as needed
+    if (smem > 48 * 1024 && smem > granted) {
+      AUGUR_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      granted = smem;
+    }
+  };
+  const size_t prep_smem = size_t(PrepSmem{dk + 1, C}.total()) * sizeof(float);
+  const size_t scan_smem = size_t(ScanSmem{dk + 1, C, bv}.total()) * sizeof(float);
+  static size_t prep_granted = 0, scan_granted = 0;
+  grant(gdr_chunk_prep_kernel, prep_smem, prep_granted);
+  grant(gdr_chunk_scan_kernel, scan_smem, scan_granted);
+  for (int64_t b0 = 0; b0 < n_chunks; b0 += sc.nb) {
+    const int64_t b1 = std::min(n_chunks, b0 + sc.nb);
+    launch("gdr_chunk_prep_kernel", gdr_chunk_prep_kernel, dim3(unsigned(b1 - b0), unsigned(H)), dim3(kChunkThreads),
+           prep_smem, s, q, k, v, g, beta, scale, C, int(d.n_head_k), H, dk, dv, rows, int(n_rows), int(b0), sc,
+           scratch);
+    launch("gdr_chunk_scan_kernel", gdr_chunk_scan_kernel, dim3(unsigned(n_rows), unsigned(H), blocks_for(dv, bv)),
+           dim3(kChunkThreads), scan_smem, s, q, k, scale, C, int(d.n_head_k), H, dk, dv, bv, rows, int(b0), int(b1),
+           sc, static_cast<const float*>(scratch), state, out);
   }
-  const dim3 grid(unsigned(n_rows), unsigned(d.n_head), blocks_for(d.head_dim_v, bv));
-  gdr_chunked_kernel<<<grid, kChunkThreads, smem, s>>>(q, k, v, g, beta, scale, int(chunk_size), int(d.n_head_k),
-                                                       int(d.n_head), int(d.head_dim_k), int(d.head_dim_v), bv, rows,
-                                                       state, out);
-  AUGUR_LAUNCHED("gated_delta_rule_chunked");
 }
 
 }  // namespace augur::cuda

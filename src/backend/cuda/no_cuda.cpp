@@ -92,7 +92,7 @@ void gated_delta_rule_recurrent(const float*, const float*, const float*, const 
   no_cuda("gated_delta_rule_recurrent");
 }
 void gated_delta_rule_chunked(const float*, const float*, const float*, const float*, const float*, float, int64_t,
-                              const DeltaRuleDims&, const RecurrentRow*, int64_t, float*, float*, Stream) {
+                              const DeltaRuleDims&, const RecurrentRow*, int64_t, int64_t, float*, float*, Stream) {
   no_cuda("gated_delta_rule_chunked");
 }
 void gated_rms_norm(const float*, const float*, const float*, float, int64_t, int64_t, float*, Stream) {
