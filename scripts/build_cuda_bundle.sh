@@ -2,8 +2,9 @@
 # Builds the CUDA binaries on this machine (nvcc needed, no GPU) and copies
 # them into .dev/ (git-ignored), for scripts/cuda_device_test.sh on the GPU
 # machine: run `bash scripts/cuda_device_test.sh` there with carry [".dev"].
-# libstdc++/libgcc are linked statically; libcublasLt.so.13 comes from the
-# device's system or its pip package nvidia-cublas.
+# libstdc++/libgcc are linked statically; libcublasLt.so.13, opened when the
+# first CUDA context starts, comes from the device's system or its pip package
+# nvidia-cublas (scripts/cuda_env.sh).
 #
 #   scripts/build_cuda_bundle.sh            # BUILD=build/cuda-bundle JOBS=2 DEST=.dev
 # PROFILE=1: the measurement build (-DAUGUR_CUDA_PROFILE=ON: AUGUR_CUDA_TIMELINE,

@@ -21,6 +21,7 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops_cpu.h"
+#include "backend/cuda/cublaslt.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/memory.h"
 #include "backend/cuda/detail.h"
@@ -32,6 +33,23 @@ namespace augur::cuda {
 namespace {
 
 void check(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
+
+// ---- cuBLASLt -----------------------------------------------------------------
+
+// The library is opened on first use, not linked: every entry point the
+// backend calls resolves (no GPU needed), and the library answers.
+TEST(CudaLt, OpensTheLibraryOnFirstUse) {
+  const LtApi& api = lt_api();
+  for (const void* f : {(const void*)api.create, (const void*)api.destroy, (const void*)api.matmul,
+                        (const void*)api.algo_get_heuristic, (const void*)api.desc_create, (const void*)api.desc_destroy,
+                        (const void*)api.desc_set_attribute, (const void*)api.layout_create,
+                        (const void*)api.layout_destroy, (const void*)api.preference_create,
+                        (const void*)api.preference_destroy, (const void*)api.preference_set_attribute})
+    EXPECT_NE(f, nullptr);
+  cublasLtMatmulPreference_t pref = nullptr;
+  ASSERT_EQ(api.preference_create(&pref), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(api.preference_destroy(pref), CUBLAS_STATUS_SUCCESS);
+}
 
 // ---- matmul -------------------------------------------------------------------
 

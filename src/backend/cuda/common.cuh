@@ -3,7 +3,6 @@
 // 16-byte loads, warp reductions). Device code only: never include from .cpp.
 #pragma once
 
-#include <cublasLt.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -14,6 +13,7 @@
 #include <tuple>
 #include <utility>
 
+#include "backend/cuda/cublaslt.h"
 #include "backend/cuda/kernels.h"
 #include "core/error.h"
 

@@ -51,7 +51,7 @@ Context::Context() {
   AUGUR_CUDA(cudaSetDevice(device));
   AUGUR_CUDA(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
   AUGUR_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  AUGUR_CUBLAS(cublasLtCreate(&lt));
+  AUGUR_CUBLAS(lt_api().create(&lt));
   lt_workspace = DeviceBuffer(kLtWorkspaceBytes);
   splitk_partials = DeviceBuffer(kSplitKPartialBytes);
   splitk_counters = DeviceBuffer(size_t(kSplitKCounters) * sizeof(int32_t));
@@ -64,7 +64,7 @@ Context::Context() {
 Context::~Context() {
   // Buffers free themselves; the handle and stream go last, errors ignored
   // (destructors never throw, and at exit the driver may be gone).
-  if (lt != nullptr) cublasLtDestroy(lt);
+  if (lt != nullptr) lt_api().destroy(lt);
   if (stream != nullptr) cudaStreamDestroy(stream);
 }
 

@@ -39,19 +39,19 @@ int alignment_of(const void* p, int64_t ld_bytes) {
   return int(a & (~a + 1));  // lowest set bit, at most 256
 }
 
-template <typename T, cublasStatus_t (*Destroy)(T)>
+template <typename T, auto LtApi::*Destroy>
 struct LtHandle {
   T h = nullptr;
   LtHandle() = default;
   LtHandle(const LtHandle&) = delete;
   LtHandle& operator=(const LtHandle&) = delete;
   ~LtHandle() {
-    if (h != nullptr) Destroy(h);
+    if (h != nullptr) (lt_api().*Destroy)(h);
   }
 };
-using MatmulDesc = LtHandle<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy>;
-using Layout = LtHandle<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy>;
-using Preference = LtHandle<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy>;
+using MatmulDesc = LtHandle<cublasLtMatmulDesc_t, &LtApi::desc_destroy>;
+using Layout = LtHandle<cublasLtMatrixLayout_t, &LtApi::layout_destroy>;
+using Preference = LtHandle<cublasLtMatmulPreference_t, &LtApi::preference_destroy>;
 
 struct LtProblem {
   MatmulDesc op;
@@ -61,25 +61,26 @@ struct LtProblem {
 
 void make_problem(LtProblem& p, int64_t M, int64_t K, int64_t N, int64_t ldy, int align_a, int align_b,
                   int align_c, cudaDataType_t in_type) {
-  AUGUR_CUBLAS(cublasLtMatmulDescCreate(&p.op.h, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const LtApi& api = lt_api();
+  AUGUR_CUBLAS(api.desc_create(&p.op.h, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  AUGUR_CUBLAS(cublasLtMatmulDescSetAttribute(p.op.h, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  AUGUR_CUBLAS(cublasLtMatmulDescSetAttribute(p.op.h, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  AUGUR_CUBLAS(cublasLtMatrixLayoutCreate(&p.a.h, in_type, uint64_t(K), uint64_t(N), K));
-  AUGUR_CUBLAS(cublasLtMatrixLayoutCreate(&p.b.h, in_type, uint64_t(K), uint64_t(M), K));
-  AUGUR_CUBLAS(cublasLtMatrixLayoutCreate(&p.c.h, CUDA_R_32F, uint64_t(N), uint64_t(M), ldy));
-  AUGUR_CUBLAS(cublasLtMatmulPreferenceCreate(&p.pref.h));
+  AUGUR_CUBLAS(api.desc_set_attribute(p.op.h, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  AUGUR_CUBLAS(api.desc_set_attribute(p.op.h, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  AUGUR_CUBLAS(api.layout_create(&p.a.h, in_type, uint64_t(K), uint64_t(N), K));
+  AUGUR_CUBLAS(api.layout_create(&p.b.h, in_type, uint64_t(K), uint64_t(M), K));
+  AUGUR_CUBLAS(api.layout_create(&p.c.h, CUDA_R_32F, uint64_t(N), uint64_t(M), ldy));
+  AUGUR_CUBLAS(api.preference_create(&p.pref.h));
   const uint64_t ws = Context::kLtWorkspaceBytes;
-  AUGUR_CUBLAS(cublasLtMatmulPreferenceSetAttribute(p.pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+  AUGUR_CUBLAS(api.preference_set_attribute(p.pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                                     sizeof(ws)));
   const uint32_t aa = uint32_t(align_a), ab = uint32_t(align_b), ac = uint32_t(align_c);
-  AUGUR_CUBLAS(cublasLtMatmulPreferenceSetAttribute(p.pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa,
+  AUGUR_CUBLAS(api.preference_set_attribute(p.pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa,
                                                     sizeof(aa)));
-  AUGUR_CUBLAS(cublasLtMatmulPreferenceSetAttribute(p.pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab,
+  AUGUR_CUBLAS(api.preference_set_attribute(p.pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab,
                                                     sizeof(ab)));
-  AUGUR_CUBLAS(cublasLtMatmulPreferenceSetAttribute(p.pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac,
+  AUGUR_CUBLAS(api.preference_set_attribute(p.pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac,
                                                     sizeof(ac)));
-  AUGUR_CUBLAS(cublasLtMatmulPreferenceSetAttribute(p.pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac,
+  AUGUR_CUBLAS(api.preference_set_attribute(p.pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac,
                                                     sizeof(ac)));
 }
 
@@ -118,7 +119,7 @@ bool lt_matmul(const half_bits* xb, int64_t M, int64_t K, const half_bits* w, in
     cublasLtMatmulHeuristicResult_t results[kMaxResults] = {};
     int n = 0;
     cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(c.lt, p.op.h, p.a.h, p.b.h, p.c.h, p.c.h, p.pref.h, want, results, &n);
+        lt_api().algo_get_heuristic(c.lt, p.op.h, p.a.h, p.b.h, p.c.h, p.c.h, p.pref.h, want, results, &n);
     if (st != CUBLAS_STATUS_SUCCESS || n <= (algo < 0 ? 0 : algo)) return false;
     chosen = results[algo < 0 ? 0 : algo].algo;
     if (algo < 0) {
@@ -127,7 +128,7 @@ bool lt_matmul(const half_bits* xb, int64_t M, int64_t K, const half_bits* w, in
     }
   }
   const float alpha = 1.0f, beta = 0.0f;
-  AUGUR_CUBLAS(cublasLtMatmul(c.lt, p.op.h, &alpha, w, p.a.h, xb, p.b.h, &beta, y, p.c.h, y, p.c.h, &chosen,
+  AUGUR_CUBLAS(lt_api().matmul(c.lt, p.op.h, &alpha, w, p.a.h, xb, p.b.h, &beta, y, p.c.h, y, p.c.h, &chosen,
                               c.lt_workspace.get(), Context::kLtWorkspaceBytes, s));
   return true;
 }
