@@ -44,6 +44,11 @@ Tensor empty_on(Device d, DType dtype, const int64_t* shape, int ndim) {
   return Tensor::view_of(cuda::allocate(size_t(n) * dtype_size(dtype)), 0, dtype, shape, ndim);
 }
 
+Tensor scratch_on(Device d, DType dtype, std::initializer_list<int64_t> shape) {
+  if (d == Device::CPU) return Tensor::uninitialized(dtype, shape.begin(), int(shape.size()));
+  return empty_on(d, dtype, shape);
+}
+
 void copy_tensor(const Tensor& src, const Tensor& dst) {
   if (src.dtype() != dst.dtype() || src.numel() != dst.numel())
     fail("[copy] ", dtype_name(src.dtype()), src.shape_str(), " into ", dtype_name(dst.dtype()), dst.shape_str());

@@ -27,6 +27,9 @@ size_t free_memory(Device d);
 // A zero-filled contiguous tensor on `d`.
 Tensor empty_on(Device d, DType dtype, std::initializer_list<int64_t> shape);
 Tensor empty_on(Device d, DType dtype, const int64_t* shape, int ndim);
+// A contiguous tensor on `d` whose contents are undefined, for scratch that
+// is written before it is read (host: Fill::None).
+Tensor scratch_on(Device d, DType dtype, std::initializer_list<int64_t> shape);
 // A contiguous copy of `t` on `d` (`t` itself when it is already there).
 Tensor to_device(const Tensor& t, Device d);
 // dst = src: same dtype and element count, both contiguous, any devices.

@@ -10,7 +10,7 @@ Tensor Scratch::get(const std::string& slot, std::initializer_list<int64_t> shap
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   Tensor& buf = buffers_[slot];
-  if (!buf.defined() || buf.numel() < n) buf = empty_on(device_, DType::F32, {std::max<int64_t>(n, 1)});
+  if (!buf.defined() || buf.numel() < n) buf = scratch_on(device_, DType::F32, {std::max<int64_t>(n, 1)});
   return Tensor::view_of(buf.buffer(), 0, DType::F32, shape.begin(), int(shape.size()));
 }
 

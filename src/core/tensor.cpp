@@ -9,11 +9,17 @@
 
 namespace augur {
 
-HostBuffer::HostBuffer(size_t bytes) : size_(bytes) {
-  size_t rounded = (bytes + 63) / 64 * 64;
-  ptr_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+HostBuffer::HostBuffer(size_t bytes, Fill fill) : size_(bytes) {
+  const size_t rounded = bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
+  ptr_ = std::aligned_alloc(64, rounded);
   if (!ptr_) throw std::bad_alloc();
-  std::memset(ptr_, 0, rounded == 0 ? 64 : rounded);
+#ifdef NDEBUG
+  if (fill == Fill::Zero) std::memset(ptr_, 0, rounded);
+#else
+  // Debug and sanitizer builds fill the unfilled with NaN (every bit set),
+  // so that a read before the first write shows in tests.
+  std::memset(ptr_, fill == Fill::Zero ? 0 : 0xff, rounded);
+#endif
 }
 
 HostBuffer::~HostBuffer() { std::free(ptr_); }
@@ -26,6 +32,13 @@ Tensor Tensor::empty(DType dtype, const int64_t* shape, int ndim) {
   int64_t n = 1;
   for (int i = 0; i < ndim; ++i) n *= shape[i];
   auto buf = std::make_shared<HostBuffer>(size_t(n) * dtype_size(dtype));
+  return view_of(std::move(buf), 0, dtype, shape, ndim);
+}
+
+Tensor Tensor::uninitialized(DType dtype, const int64_t* shape, int ndim) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; ++i) n *= shape[i];
+  auto buf = std::make_shared<HostBuffer>(size_t(n) * dtype_size(dtype), Fill::None);
   return view_of(std::move(buf), 0, dtype, shape, ndim);
 }
 
