@@ -40,12 +40,9 @@ void check(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what 
 // backend calls resolves (no GPU needed), and the library answers.
 TEST(CudaLt, OpensTheLibraryOnFirstUse) {
   const LtApi& api = lt_api();
-  for (const void* f : {(const void*)api.create, (const void*)api.destroy, (const void*)api.matmul,
-                        (const void*)api.algo_get_heuristic, (const void*)api.desc_create, (const void*)api.desc_destroy,
-                        (const void*)api.desc_set_attribute, (const void*)api.layout_create,
-                        (const void*)api.layout_destroy, (const void*)api.preference_create,
-                        (const void*)api.preference_destroy, (const void*)api.preference_set_attribute})
-    EXPECT_NE(f, nullptr);
+#define AUGUR_LT_CHECK(member, symbol) EXPECT_NE(api.member, nullptr) << #symbol;
+  AUGUR_LT_ENTRY_POINTS(AUGUR_LT_CHECK)
+#undef AUGUR_LT_CHECK
   cublasLtMatmulPreference_t pref = nullptr;
   ASSERT_EQ(api.preference_create(&pref), CUBLAS_STATUS_SUCCESS);
   EXPECT_EQ(api.preference_destroy(pref), CUBLAS_STATUS_SUCCESS);

@@ -35,18 +35,9 @@ LtApi load() {
   void* lib = open_library(why);  // never closed: handles live until exit
   if (lib == nullptr) fail("[cuda] cannot load cuBLASLt: ", why);
   LtApi api{};
-  bind(lib, api.create, "cublasLtCreate");
-  bind(lib, api.destroy, "cublasLtDestroy");
-  bind(lib, api.matmul, "cublasLtMatmul");
-  bind(lib, api.algo_get_heuristic, "cublasLtMatmulAlgoGetHeuristic");
-  bind(lib, api.desc_create, "cublasLtMatmulDescCreate");
-  bind(lib, api.desc_destroy, "cublasLtMatmulDescDestroy");
-  bind(lib, api.desc_set_attribute, "cublasLtMatmulDescSetAttribute");
-  bind(lib, api.layout_create, "cublasLtMatrixLayoutCreate");
-  bind(lib, api.layout_destroy, "cublasLtMatrixLayoutDestroy");
-  bind(lib, api.preference_create, "cublasLtMatmulPreferenceCreate");
-  bind(lib, api.preference_destroy, "cublasLtMatmulPreferenceDestroy");
-  bind(lib, api.preference_set_attribute, "cublasLtMatmulPreferenceSetAttribute");
+#define AUGUR_LT_BIND(member, symbol) bind(lib, api.member, #symbol);
+  AUGUR_LT_ENTRY_POINTS(AUGUR_LT_BIND)
+#undef AUGUR_LT_BIND
   return api;
 }
 

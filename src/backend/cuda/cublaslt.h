@@ -11,19 +11,25 @@
 
 namespace augur::cuda {
 
+// Each entry point once: LtApi's member, and the symbol it is bound to.
+#define AUGUR_LT_ENTRY_POINTS(X)                                    \
+  X(create, cublasLtCreate)                                         \
+  X(destroy, cublasLtDestroy)                                       \
+  X(matmul, cublasLtMatmul)                                         \
+  X(algo_get_heuristic, cublasLtMatmulAlgoGetHeuristic)             \
+  X(desc_create, cublasLtMatmulDescCreate)                          \
+  X(desc_destroy, cublasLtMatmulDescDestroy)                        \
+  X(desc_set_attribute, cublasLtMatmulDescSetAttribute)             \
+  X(layout_create, cublasLtMatrixLayoutCreate)                      \
+  X(layout_destroy, cublasLtMatrixLayoutDestroy)                    \
+  X(preference_create, cublasLtMatmulPreferenceCreate)              \
+  X(preference_destroy, cublasLtMatmulPreferenceDestroy)            \
+  X(preference_set_attribute, cublasLtMatmulPreferenceSetAttribute)
+
 struct LtApi {
-  decltype(&cublasLtCreate) create;
-  decltype(&cublasLtDestroy) destroy;
-  decltype(&cublasLtMatmul) matmul;
-  decltype(&cublasLtMatmulAlgoGetHeuristic) algo_get_heuristic;
-  decltype(&cublasLtMatmulDescCreate) desc_create;
-  decltype(&cublasLtMatmulDescDestroy) desc_destroy;
-  decltype(&cublasLtMatmulDescSetAttribute) desc_set_attribute;
-  decltype(&cublasLtMatrixLayoutCreate) layout_create;
-  decltype(&cublasLtMatrixLayoutDestroy) layout_destroy;
-  decltype(&cublasLtMatmulPreferenceCreate) preference_create;
-  decltype(&cublasLtMatmulPreferenceDestroy) preference_destroy;
-  decltype(&cublasLtMatmulPreferenceSetAttribute) preference_set_attribute;
+#define AUGUR_LT_MEMBER(member, symbol) decltype(&symbol) member;
+  AUGUR_LT_ENTRY_POINTS(AUGUR_LT_MEMBER)
+#undef AUGUR_LT_MEMBER
 };
 
 // The library's entry points, loaded on the first call (thread-safe). Fails
