@@ -87,7 +87,7 @@ struct Context {
   // x converted to bf16 for the tensor-core path; grows on demand (never
   // while a graph is being captured on `s`: it throws then).
   void* bf16_scratch(size_t bytes, Stream s);
-  // The chunked delta rule's per-chunk U, W, QK and gc; grows likewise.
+  // The chunked delta rule's per-chunk [Q'; W]ᵀ, U, O0, Kd and decay; grows likewise.
   void* delta_rule_scratch(size_t bytes, Stream s);
 
   int device = 0;

@@ -298,60 +298,86 @@ __global__ void __launch_bounds__(kCols* kNs) gdr_recurrent_kernel(
 static_assert(kNs == 4, "the shuffles above reduce over 4 lanes");
 
 // ---- The gated delta rule, chunked form ---------------------------------------
-// Two kernels, the UT transform as flash-linear-attention computes it:
+// Two kernels, the UT transform as flash-linear-attention computes it.
 // gdr_chunk_prep_kernel takes every chunk of every row and head at once and
-// computes what does not depend on the state: the cumulative log-decay gc,
-// A[i][j] = beta_i (k_i·k_j) exp(gc_i - gc_j) (j < i), the solves
+// computes all that does not depend on the state: the cumulative log-decay
+// gc, A[i][j] = beta_i (k_i·k_j) exp(gc_i - gc_j) (j < i), the solves
 // (I + A) U = beta v and (I + A) W = beta exp(gc) k by forward substitution
-// (a thread a column), and QK[i][j] = (q_i·k_j) exp(gc_i - gc_j) (j <= i);
-// U, W, QK and gc go to scratch. gdr_chunk_scan_kernel, one block per (row,
-// value head, bv state columns), walks a row's chunks in order:
-//   v_new = U - W S
-//   out_i = exp(gc_i) (q_i S) + sum_{j <= i} QK_ij v_new_j
-//   S <- exp(gc_last) S + sum_i k_i exp(gc_last - gc_i) v_new_iᵀ
-// (the CPU op's form). Why two: with both halves in one sequential loop, each
-// of a head's column blocks computed A and QK again and one thread a column
-// substituted, chunk after chunk: 416 of the 650 ms of a 2048-token prefill
-// of the Qwen3.5-27B shape on the H200.
+// (a thread a column), QK[i][j] = (q_i·k_j) exp(gc_i - gc_j) (j <= i), and
+// from them
+//   Q' = exp(gc) q - QK W,  O0 = QK U,  Kd = k exp(gc_last - gc),
+// so that, with v_new = U - W S, the chunk's outputs and next state are
+//   out = exp(gc) (q S) + QK v_new = Q' S + O0
+//   S  <- exp(gc_last) S + Kdᵀ v_new
+// (the CPU op's form, regrouped). gdr_chunk_scan_kernel, one block per (row,
+// value head, 32 state columns), walks a row's chunks in order and does only
+// the two products with the state: [Q'; W] S (2C x dk by dk x 32), then
+// Kdᵀ v_new (dk x C by C x 32), each thread a 4 x 4 tile of the output in
+// registers, operands read as float4 from shared memory (two 16-byte loads
+// for 16 FMAs). Why this split: the state recurrence is the only sequential
+// part; a scan that also built A and QK and substituted, chunk after chunk,
+// spent 416 of the 650 ms of a 2048-token prefill of the Qwen3.5-27B shape on
+// the H200, and one with scalar shared-memory operands 204 of 462.
 // Chunks are numbered over the rows in order (row r's first is base(r), the
 // sum of ceil(n_tokens / C) before it); the call walks them in segments of
 // at most kSegmentChunks (a prep launch, then a scan launch that carries the
-// state in memory), so that scratch stays bounded: per (chunk b - b0 of the
-// segment, head h), W [C, dk], U [C, dv], QK [C, C], gc [C], ~61 KB a token
-// a segment on the Qwen3.5 shapes.
+// state in memory), so that scratch stays bounded: per (chunk, head) [Q'; W]ᵀ
+// [dk4][2 Cp], Kd [Cp][dk4], U and O0 [Cp][dv] (Cp, dk4: C, dk rounded up to
+// 4), ~123 KB a token a segment on the Qwen3.5 shapes.
 
 constexpr int kMaxChunk = 64;
 constexpr int kChunkThreads = 256;
-constexpr int kScanColumns = 32;     // state columns a scan block owns
-constexpr int kSegmentChunks = 64;   // chunks a prep launch covers: 4096 tokens of 64
+constexpr int kColPitch = kChunkThreads + 1;  // the substitution's columns, read across by the write-out
+constexpr int kScanColumns = 32;              // state columns a scan block owns: 8 groups of 4
+constexpr int kSegmentChunks = 32;            // chunks a prep launch covers: 2048 tokens of 64
+
+__host__ __device__ constexpr int round4(int x) { return (x + 3) & ~3; }
 
 struct ChunkScratch {
-  int64_t nb, H, C, dk, dv;
-  __host__ __device__ int64_t w(int64_t b, int64_t h) const { return ((b * H + h) * C) * dk; }
-  __host__ __device__ int64_t u(int64_t b, int64_t h) const { return nb * H * C * dk + ((b * H + h) * C) * dv; }
-  __host__ __device__ int64_t qk(int64_t b, int64_t h) const {
-    return nb * H * C * (dk + dv) + ((b * H + h) * C) * C;
+  int64_t nb, H, Cp, dk4, dv;
+  __host__ __device__ int64_t unit(int64_t b, int64_t h) const { return b * H + h; }
+  // [Q'; W] transposed: [dk4][2 Cp], Q' in columns [0, Cp), W in [Cp, 2 Cp).
+  __host__ __device__ int64_t at(int64_t b, int64_t h) const { return unit(b, h) * dk4 * 2 * Cp; }
+  __host__ __device__ int64_t kd(int64_t b, int64_t h) const { return nb * H * dk4 * 2 * Cp + unit(b, h) * Cp * dk4; }
+  __host__ __device__ int64_t el(int64_t b, int64_t h) const { return nb * H * dk4 * 3 * Cp + unit(b, h); }
+  __host__ __device__ int64_t u(int64_t b, int64_t h) const {
+    return nb * H * dk4 * 3 * Cp + round4(int(nb * H)) + unit(b, h) * Cp * dv;
   }
-  __host__ __device__ int64_t gc(int64_t b, int64_t h) const { return nb * H * C * (dk + dv + C) + (b * H + h) * C; }
-  __host__ __device__ int64_t total() const { return nb * H * C * (dk + dv + C + 1); }
+  __host__ __device__ int64_t o0(int64_t b, int64_t h) const { return u(nb, 0) + unit(b, h) * Cp * dv; }
+  __host__ __device__ int64_t total() const { return o0(nb, 0); }
 };
 
 __device__ __forceinline__ int chunks_of(const RecurrentRow& r, int C) { return r.n_tokens > 0 ? (r.n_tokens + C - 1) / C : 0; }
 
-// Shared memory of the prep kernel, in floats: K (rows padded to dk + 1
-// against bank conflicts), then scaled Q, whose room the substitution's
-// columns [C][kChunkThreads] reuse, A [C][C], gc and beta.
+// Shared memory of the prep kernel, in floats: K and scaled Q (rows padded
+// to dk + 1 against bank conflicts), the columns of [U | W] being solved
+// [C][kColPitch], A and QK [C][C], gc and beta.
 struct PrepSmem {
   int dkp, C;
   __host__ __device__ int64_t k() const { return 0; }
   __host__ __device__ int64_t q() const { return k() + int64_t(C) * dkp; }
-  __host__ __device__ int64_t a() const {
-    return q() + (int64_t(C) * dkp > int64_t(C) * kChunkThreads ? int64_t(C) * dkp : int64_t(C) * kChunkThreads);
-  }
-  __host__ __device__ int64_t gc() const { return a() + int64_t(C) * C; }
+  __host__ __device__ int64_t col() const { return q() + int64_t(C) * dkp; }
+  __host__ __device__ int64_t a() const { return col() + int64_t(C) * kColPitch; }
+  __host__ __device__ int64_t qk() const { return a() + int64_t(C) * C; }
+  __host__ __device__ int64_t gc() const { return qk() + int64_t(C) * C; }
   __host__ __device__ int64_t beta() const { return gc() + C; }
   __host__ __device__ int64_t total() const { return beta() + C; }
 };
+
+// sum_{j < end} m[j] col[j * kColPitch], in four interleaved partial sums
+// (a chain of dependent FMAs a thread is what these loops wait on).
+__device__ __forceinline__ float row_dot(const float* __restrict__ m, const float* col, int end) {
+  float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+  int j = 0;
+  for (; j + 4 <= end; j += 4) {
+    s0 = fmaf(m[j], col[j * kColPitch], s0);
+    s1 = fmaf(m[j + 1], col[(j + 1) * kColPitch], s1);
+    s2 = fmaf(m[j + 2], col[(j + 2) * kColPitch], s2);
+    s3 = fmaf(m[j + 3], col[(j + 3) * kColPitch], s3);
+  }
+  for (; j < end; ++j) s0 = fmaf(m[j], col[j * kColPitch], s0);
+  return (s0 + s1) + (s2 + s3);
+}
 
 // grid: (chunks of the segment, n_head); block: kChunkThreads.
 __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
@@ -371,11 +397,14 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
   const RecurrentRow row = rows[r];
   const int c0 = b * C, n = min(C, row.n_tokens - c0), h = int(blockIdx.y), hk = h / (n_head / n_head_k);
   const int64_t t0 = int64_t(row.token_begin) + c0, cb = int64_t(blockIdx.x);  // its place in the segment
+  const int Cp = int(sc.Cp), dk4 = int(sc.dk4);
   const PrepSmem L{dk + 1, C};
   const int dkp = L.dkp;
-  float* sK = smem + L.k();  // [C, dkp]
-  float* sQ = smem + L.q();  // [C, dkp], scaled; then the substitution's columns [C, kChunkThreads]
-  float* sA = smem + L.a();  // [C, C]
+  float* sK = smem + L.k();      // [C, dkp]
+  float* sQ = smem + L.q();      // [C, dkp], scaled
+  float* sCol = smem + L.col();  // [C, kColPitch]
+  float* sA = smem + L.a();      // [C, C]
+  float* sQK = smem + L.qk();    // [C, C]
   float* sGc = smem + L.gc();
   float* sBeta = smem + L.beta();
   for (int idx = threadIdx.x; idx < n * dk; idx += blockDim.x) {
@@ -397,70 +426,127 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
     }
   }
   __syncthreads();
-  float* gc_out = scratch + sc.gc(cb, h);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) gc_out[i] = sGc[i];
-  // A (strictly lower) into shared memory, QK (lower, diagonal included) to scratch.
-  float* qk_out = scratch + sc.qk(cb, h);
-  for (int idx = threadIdx.x; idx < n * n; idx += blockDim.x) {
-    const int i = idx / n, j = idx % n;
-    if (j > i) continue;
-    float kk = 0.0f, qk = 0.0f;
-    for (int a = 0; a < dk; ++a) {
-      const float kj = sK[j * dkp + a];
-      kk += sK[i * dkp + a] * kj;
-      qk += sQ[i * dkp + a] * kj;
+  // A (strictly lower) and QK (lower, diagonal included): thread (ti, tj)
+  // takes rows 4 ti.. and columns 4 tj.. of both, on or below the diagonal.
+  static_assert(kChunkThreads == (kMaxChunk / 4) * (kMaxChunk / 4), "a thread a 4 x 4 tile of a 64 x 64 chunk");
+  {
+    const int i0 = 4 * (int(threadIdx.x) / (kMaxChunk / 4)), j0 = 4 * (int(threadIdx.x) % (kMaxChunk / 4));
+    if (j0 <= i0 && i0 < n) {
+      float kk[4][4] = {}, qk[4][4] = {};
+      for (int a = 0; a < dk; ++a) {
+        float ki[4], qi[4], kj[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int ii = min(i0 + e, n - 1), jj = min(j0 + e, n - 1);  // rows past n: any loaded row
+          ki[e] = sK[ii * dkp + a], qi[e] = sQ[ii * dkp + a], kj[e] = sK[jj * dkp + a];
+        }
+#pragma unroll
+        for (int r2 = 0; r2 < 4; ++r2)
+#pragma unroll
+          for (int c2 = 0; c2 < 4; ++c2) kk[r2][c2] = fmaf(ki[r2], kj[c2], kk[r2][c2]), qk[r2][c2] = fmaf(qi[r2], kj[c2], qk[r2][c2]);
+      }
+#pragma unroll
+      for (int r2 = 0; r2 < 4; ++r2)
+#pragma unroll
+        for (int c2 = 0; c2 < 4; ++c2) {
+          const int i = i0 + r2, j = j0 + c2;
+          if (i >= n || j > i) continue;
+          const float e = expf(sGc[i] - sGc[j]);
+          sA[i * C + j] = j < i ? sBeta[i] * kk[r2][c2] * e : 0.0f;
+          sQK[i * C + j] = qk[r2][c2] * e;
+        }
     }
-    const float e = expf(sGc[i] - sGc[j]);
-    sA[i * C + j] = j < i ? sBeta[i] * kk * e : 0.0f;
-    qk_out[i * C + j] = qk * e;
   }
-  __syncthreads();  // A complete; Q no longer read, its room becomes the columns
-  // Forward substitution, a thread a column of [U | W] (dv + dk columns, in
-  // passes of kChunkThreads): x_i = rhs_i - sum_{j < i} A_ij x_j.
-  float* sCol = sQ;  // [C, kChunkThreads]
+  // Kd (pad columns zero: they meet the state's zero pad rows), the decay
+  // over the chunk, and the pad rows of [Q'; W]ᵀ.
+  float* kd_out = scratch + sc.kd(cb, h);
+  for (int idx = threadIdx.x; idx < n * dk4; idx += blockDim.x) {
+    const int i = idx / dk4, a = idx % dk4;
+    kd_out[idx] = a < dk ? sK[i * dkp + a] * expf(sGc[n - 1] - sGc[i]) : 0.0f;
+  }
+  if (threadIdx.x == 0) scratch[sc.el(cb, h)] = expf(sGc[n - 1]);
+  float* at_out = scratch + sc.at(cb, h);  // [dk4][2 Cp]
+  for (int idx = threadIdx.x; idx < (dk4 - dk) * 2 * Cp; idx += blockDim.x) at_out[int64_t(dk) * 2 * Cp + idx] = 0.0f;
   float* u_out = scratch + sc.u(cb, h);
-  float* w_out = scratch + sc.w(cb, h);
+  float* o0_out = scratch + sc.o0(cb, h);
+  // Columns of [U | W] (dv + dk of them) in passes of kChunkThreads.
   for (int x0 = 0; x0 < dv + dk; x0 += kChunkThreads) {
+    __syncthreads();  // A and QK complete; the previous pass is done with the columns
+    // Right-hand sides, beta v and beta exp(gc) k, loaded by all threads at once.
+    for (int idx = threadIdx.x; idx < n * kChunkThreads; idx += blockDim.x) {
+      const int i = idx / kChunkThreads, c = idx % kChunkThreads, x = x0 + c;
+      if (x < dv)
+        sCol[i * kColPitch + c] = sBeta[i] * v[((t0 + i) * n_head + h) * dv + x];
+      else if (x < dv + dk)
+        sCol[i * kColPitch + c] = sBeta[i] * expf(sGc[i]) * sK[i * dkp + (x - dv)];
+    }
+    __syncthreads();
     const int x = x0 + int(threadIdx.x);
-    if (x < dv + dk) {
-      float* col = sCol + threadIdx.x;
+    const bool mine = x < dv + dk;
+    float* col = sCol + threadIdx.x;
+    // Forward substitution, a thread a column: x_i = rhs_i - sum_{j < i} A_ij x_j.
+    if (mine) {
       for (int i = 0; i < n; ++i) {
-        float rhs;
-        if (x < dv)
-          rhs = sBeta[i] * v[((t0 + i) * n_head + h) * dv + x];
-        else
-          rhs = sBeta[i] * expf(sGc[i]) * sK[i * dkp + (x - dv)];
-        for (int j = 0; j < i; ++j) rhs -= sA[i * C + j] * col[j * kChunkThreads];
-        col[i * kChunkThreads] = rhs;
-        if (x < dv)
-          u_out[int64_t(i) * dv + x] = rhs;
-        else
-          w_out[int64_t(i) * dk + (x - dv)] = rhs;
+        const float xi = col[i * kColPitch] - row_dot(sA + i * C, col, i);
+        col[i * kColPitch] = xi;
+        if (x < dv) u_out[int64_t(i) * dv + x] = xi;
       }
     }
+    // This pass's W columns (state rows a in [a_lo, a_hi)) to [Q'; W]ᵀ's
+    // right half, row by row (the columns' pitch keeps the reads apart);
+    // the rows a short chunk lacks, up to Cp, as zeros (the scan reads them).
+    const int a_lo = max(x0, dv) - dv, a_hi = min(x0 + kChunkThreads, dv + dk) - dv;
+    auto write_rows = [&](int half) {
+      for (int idx = threadIdx.x; idx < (a_hi - a_lo) * Cp; idx += blockDim.x) {
+        const int a = a_lo + idx / Cp, i = idx % Cp;
+        at_out[int64_t(a) * 2 * Cp + half * Cp + i] = i < n ? sCol[i * kColPitch + (a + dv - x0)] : 0.0f;
+      }
+    };
+    __syncthreads();
+    write_rows(1);
+    __syncthreads();
+    // QK times the column, from the last row up, so that Q' can replace W
+    // in place: row i reads rows j <= i only.
+    if (mine) {
+      for (int i = n - 1; i >= 0; --i) {
+        const float acc = row_dot(sQK + i * C, col, i + 1);
+        if (x < dv)
+          o0_out[int64_t(i) * dv + x] = acc;
+        else
+          col[i * kColPitch] = expf(sGc[i]) * sQ[i * dkp + (x - dv)] - acc;
+      }
+    }
+    __syncthreads();
+    write_rows(0);
   }
 }
 
-// Shared memory of the scan kernel, in floats: the state tile [dk, bv], Q
-// (scaled), K and W of a chunk [C, dk + 1] each, QK [C, C], v_new [C, bv], gc
-// and the decay to the chunk's end.
+// Shared memory of the scan kernel, in floats: the state tile [dk4][32],
+// [Q'; W]ᵀ of a chunk [dk4][2 Cp] (whose room Kd [Cp][dk4] then takes), U,
+// O0 and v_new [Cp][32].
 struct ScanSmem {
-  int dkp, C, bv;
+  int dk4, Cp;
   __host__ __device__ int64_t s() const { return 0; }
-  __host__ __device__ int64_t q() const { return s() + int64_t(dkp - 1) * bv; }
-  __host__ __device__ int64_t k() const { return q() + int64_t(C) * dkp; }
-  __host__ __device__ int64_t w() const { return k() + int64_t(C) * dkp; }
-  __host__ __device__ int64_t qk() const { return w() + int64_t(C) * dkp; }
-  __host__ __device__ int64_t vn() const { return qk() + int64_t(C) * C; }
-  __host__ __device__ int64_t gc() const { return vn() + int64_t(C) * bv; }
-  __host__ __device__ int64_t dec() const { return gc() + C; }
-  __host__ __device__ int64_t total() const { return dec() + C; }
+  __host__ __device__ int64_t buf() const { return s() + int64_t(dk4) * kScanColumns; }
+  __host__ __device__ int64_t u() const { return buf() + int64_t(dk4) * 2 * Cp; }
+  __host__ __device__ int64_t o0() const { return u() + int64_t(Cp) * kScanColumns; }
+  __host__ __device__ int64_t vn() const { return o0() + int64_t(Cp) * kScanColumns; }
+  __host__ __device__ int64_t total() const { return vn() + int64_t(Cp) * kScanColumns; }
 };
 
-// grid: (n_rows, n_head, ceil(dv / bv)); block: kChunkThreads. Chunks b0..b1 - 1.
-__global__ void __launch_bounds__(kChunkThreads) gdr_chunk_scan_kernel(
-    const float* __restrict__ q, const float* __restrict__ k, float scale, int C, int n_head_k, int n_head, int dk,
-    int dv, int bv, const RecurrentRow* __restrict__ rows, int b0, int b1, ChunkScratch sc,
+__device__ __forceinline__ void outer_acc(float (&acc)[4][4], const float4 a, const float4 b) {
+  const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) acc[r][c] = fmaf(av[r], bv[c], acc[r][c]);
+}
+
+// grid: (n_rows, n_head, ceil(dv / 32)); block: kChunkThreads, thread t owns
+// columns 4 (t % 8) + [0, 4) and row group t / 8 of each product. Chunks
+// b0..b1 - 1 of the segment.
+__global__ void __launch_bounds__(kChunkThreads, 2) gdr_chunk_scan_kernel(
+    int C, int n_head, int dk, int dv, const RecurrentRow* __restrict__ rows, int b0, int b1, ChunkScratch sc,
     const float* __restrict__ scratch, float* __restrict__ state, float* __restrict__ out) {
   pdl_entry();
   extern __shared__ float smem[];
@@ -471,82 +557,89 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_scan_kernel(
   // The row's chunks in this segment (uniform over the block).
   const int lo = max(0, b0 - base), hi = min(chunks_of(row, C), b1 - base);
   if (lo >= hi) return;
-  const int h = blockIdx.y, hk = h / (n_head / n_head_k), col0 = blockIdx.z * bv;
-  const int ncol = min(bv, dv - col0);
-  const ScanSmem L{dk + 1, C, bv};
-  const int dkp = L.dkp;
-  float* sS = smem + L.s();    // [dk, bv]
-  float* sQ = smem + L.q();    // [C, dkp], scaled
-  float* sK = smem + L.k();    // [C, dkp]
-  float* sW = smem + L.w();    // [C, dkp]
-  float* sQK = smem + L.qk();  // [C, C]
-  float* sV = smem + L.vn();   // [C, bv]: U, then v_new
-  float* sGc = smem + L.gc();
-  float* sDec = smem + L.dec();
+  const int h = blockIdx.y, col0 = blockIdx.z * kScanColumns, ncol = min(kScanColumns, dv - col0);
+  const int Cp = int(sc.Cp), dk4 = int(sc.dk4);
+  const ScanSmem L{dk4, Cp};
+  float* sS = smem + L.s();      // [dk4][32]
+  float* sBuf = smem + L.buf();  // [dk4][2 Cp], then [Cp][dk4]
+  float* sU = smem + L.u();      // [Cp][32]
+  float* sO0 = smem + L.o0();    // [Cp][32]
+  float* sV = smem + L.vn();     // [Cp][32]
+  const float4* sS4 = reinterpret_cast<const float4*>(sS);
+  const float4* sBuf4 = reinterpret_cast<const float4*>(sBuf);
+  const float4* sV4 = reinterpret_cast<const float4*>(sV);
+  const int cg = threadIdx.x % 8, rg = threadIdx.x / 8;
   float* S = state + (int64_t(row.slot) * n_head + h) * dk * dv;  // [dk, dv]
 
-  for (int idx = threadIdx.x; idx < dk * bv; idx += blockDim.x) {
-    const int a = idx / bv, j = idx % bv;
-    sS[idx] = j < ncol ? S[int64_t(a) * dv + col0 + j] : 0.0f;
+  for (int idx = threadIdx.x; idx < dk4 * kScanColumns; idx += blockDim.x) {
+    const int a = idx / kScanColumns, j = idx % kScanColumns;
+    sS[idx] = a < dk && j < ncol ? S[int64_t(a) * dv + col0 + j] : 0.0f;
   }
   for (int cb = lo; cb < hi; ++cb) {
     const int c0 = cb * C, n = min(C, row.n_tokens - c0);
     const int64_t t0 = int64_t(row.token_begin) + c0, b = base + cb - b0;  // in the segment's scratch
     __syncthreads();  // the previous chunk is done with every buffer
-    const float* w_in = scratch + sc.w(b, h);
-    for (int idx = threadIdx.x; idx < n * dk; idx += blockDim.x) {
-      const int i = idx / dk, a = idx % dk;
-      const int64_t src = ((t0 + i) * n_head_k + hk) * dk + a;
-      sK[i * dkp + a] = k[src];
-      sQ[i * dkp + a] = q[src] * scale;
-      sW[i * dkp + a] = w_in[int64_t(i) * dk + a];
-    }
-    const float* qk_in = scratch + sc.qk(b, h);
-    for (int idx = threadIdx.x; idx < n * C; idx += blockDim.x) {
-      const int i = idx / C, j = idx % C;
-      if (j <= i) sQK[idx] = qk_in[idx];
-    }
+    const float4* at_in = reinterpret_cast<const float4*>(scratch + sc.at(b, h));
+    for (int idx = threadIdx.x; idx < dk4 * 2 * Cp / 4; idx += blockDim.x) reinterpret_cast<float4*>(sBuf)[idx] = at_in[idx];
     const float* u_in = scratch + sc.u(b, h);
-    for (int idx = threadIdx.x; idx < n * bv; idx += blockDim.x) {
-      const int i = idx / bv, j = idx % bv;
-      sV[idx] = j < ncol ? u_in[int64_t(i) * dv + col0 + j] : 0.0f;
-    }
-    const float* gc_in = scratch + sc.gc(b, h);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) sGc[i] = gc_in[i];
-    __syncthreads();
-    for (int i = threadIdx.x; i < n; i += blockDim.x) sDec[i] = expf(sGc[n - 1] - sGc[i]);
-    // v_new = U - W S
-    for (int idx = threadIdx.x; idx < n * bv; idx += blockDim.x) {
-      const int i = idx / bv, j = idx % bv;
-      float ws = 0.0f;
-      for (int a = 0; a < dk; ++a) ws += sW[i * dkp + a] * sS[a * bv + j];
-      sV[idx] -= ws;
+    const float* o0_in = scratch + sc.o0(b, h);
+    for (int idx = threadIdx.x; idx < Cp * kScanColumns; idx += blockDim.x) {
+      const int i = idx / kScanColumns, j = idx % kScanColumns;
+      const bool in = i < n && j < ncol;
+      sU[idx] = in ? u_in[int64_t(i) * dv + col0 + j] : 0.0f;
+      sO0[idx] = in ? o0_in[int64_t(i) * dv + col0 + j] : 0.0f;
     }
     __syncthreads();
-    // Outputs, from the state before this chunk.
-    for (int idx = threadIdx.x; idx < n * bv; idx += blockDim.x) {
-      const int i = idx / bv, j = idx % bv;
-      if (j >= ncol) continue;
-      float qs = 0.0f;
-      for (int a = 0; a < dk; ++a) qs += sQ[i * dkp + a] * sS[a * bv + j];
-      float o = qs * expf(sGc[i]);
-      for (int jj = 0; jj <= i; ++jj) o += sQK[i * C + jj] * sV[jj * bv + j];
-      out[((t0 + i) * n_head + h) * dv + col0 + j] = o;
+    // [Q'; W] S: rows [0, Cp) are Q' S, the outputs less O0; rows [Cp, 2 Cp)
+    // are W S, giving v_new = U - W S.
+    if (rg < 2 * Cp / 4) {
+      float acc[4][4] = {};
+      for (int a = 0; a < dk4; ++a) outer_acc(acc, sBuf4[a * (2 * Cp / 4) + rg], sS4[a * (kScanColumns / 4) + cg]);
+      const int row0 = 4 * rg;
+      if (row0 < Cp) {
+#pragma unroll
+        for (int rr = 0; rr < 4; ++rr) {
+          const int i = row0 + rr;
+          if (i >= n) break;
+          float* o = out + ((t0 + i) * n_head + h) * dv + col0;
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            if (4 * cg + c < ncol) o[4 * cg + c] = acc[rr][c] + sO0[i * kScanColumns + 4 * cg + c];
+        }
+      } else {
+#pragma unroll
+        for (int rr = 0; rr < 4; ++rr) {
+          const int i = row0 - Cp + rr;
+          const float* u = sU + i * kScanColumns + 4 * cg;
+          reinterpret_cast<float4*>(sV)[i * (kScanColumns / 4) + cg] =
+              make_float4(u[0] - acc[rr][0], u[1] - acc[rr][1], u[2] - acc[rr][2], u[3] - acc[rr][3]);
+        }
+      }
     }
     __syncthreads();
-    // State update.
-    const float el = expf(sGc[n - 1]);
-    for (int idx = threadIdx.x; idx < dk * bv; idx += blockDim.x) {
-      const int a = idx / bv, j = idx % bv;
-      float s = sS[idx] * el;
-      for (int i = 0; i < n; ++i) s += sK[i * dkp + a] * sDec[i] * sV[i * bv + j];
-      sS[idx] = s;
+    const float4* kd_in = reinterpret_cast<const float4*>(scratch + sc.kd(b, h));
+    for (int idx = threadIdx.x; idx < n * dk4 / 4; idx += blockDim.x) reinterpret_cast<float4*>(sBuf)[idx] = kd_in[idx];
+    const float el = scratch[sc.el(b, h)];
+    __syncthreads();
+    // S <- el S + Kdᵀ v_new, a 4 x 4 tile of S at a time.
+    for (int a0 = 4 * rg; a0 < dk4; a0 += 4 * (kChunkThreads / 8)) {
+      float acc[4][4];
+#pragma unroll
+      for (int rr = 0; rr < 4; ++rr) {
+        const float4 s = sS4[(a0 + rr) * (kScanColumns / 4) + cg];
+        acc[rr][0] = s.x * el, acc[rr][1] = s.y * el, acc[rr][2] = s.z * el, acc[rr][3] = s.w * el;
+      }
+      for (int i = 0; i < n; ++i) outer_acc(acc, sBuf4[i * (dk4 / 4) + a0 / 4], sV4[i * (kScanColumns / 4) + cg]);
+#pragma unroll
+      for (int rr = 0; rr < 4; ++rr)
+        reinterpret_cast<float4*>(sS)[(a0 + rr) * (kScanColumns / 4) + cg] =
+            make_float4(acc[rr][0], acc[rr][1], acc[rr][2], acc[rr][3]);
     }
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < dk * bv; idx += blockDim.x) {
-    const int a = idx / bv, j = idx % bv;
-    if (j < ncol) S[int64_t(a) * dv + col0 + j] = sS[idx];
+  for (int idx = threadIdx.x; idx < dk4 * kScanColumns; idx += blockDim.x) {
+    const int a = idx / kScanColumns, j = idx % kScanColumns;
+    if (a < dk && j < ncol) S[int64_t(a) * dv + col0 + j] = sS[idx];
   }
 }
 
@@ -659,14 +752,17 @@ void gated_delta_rule_chunked(const float* q, const float* k, const float* v, co
   if (chunk_size < 1 || chunk_size > kMaxChunk)
     fail("[gated_delta_rule_chunked] chunk_size ", chunk_size, " outside [1, ", kMaxChunk, "] on CUDA");
   if (n_rows == 0 || n_tokens <= 0 || d.head_dim_v == 0) return;
-  const int dk = int(d.head_dim_k), dv = int(d.head_dim_v), H = int(d.n_head), bv = kScanColumns;
-  // Chunks shorter than asked where the scan's shared memory would not fit
-  // (head_dim_k > 128): the result differs by rounding only.
+  const int dk = int(d.head_dim_k), dv = int(d.head_dim_v), H = int(d.n_head);
+  // Chunks shorter than asked where shared memory would not fit (head_dim_k
+  // > 256 is refused above): the result differs by rounding only.
   int C = int(chunk_size);
-  while (C > 8 && ScanSmem{dk + 1, C, bv}.total() * int64_t(sizeof(float)) > 227 * 1024) C /= 2;
+  auto smem_bytes = [&](int c) {
+    return std::max(PrepSmem{dk + 1, c}.total(), ScanSmem{round4(dk), round4(c)}.total()) * int64_t(sizeof(float));
+  };
+  while (C > 8 && smem_bytes(C) > 227 * 1024) C /= 2;
   const int64_t n_chunks = ceil_div(n_tokens, int64_t(C)) + n_rows;  // a bound: rows may end mid-chunk
   if (n_chunks > 0x7fffffff) fail("[gated_delta_rule_chunked] ", n_tokens, " tokens exceed one launch");
-  const ChunkScratch sc{std::min<int64_t>(n_chunks, kSegmentChunks), H, C, dk, dv};
+  const ChunkScratch sc{std::min<int64_t>(n_chunks, kSegmentChunks), H, round4(C), round4(dk), dv};
   float* scratch = static_cast<float*>(context().delta_rule_scratch(size_t(sc.total()) * sizeof(float), s));
   auto grant = [](auto kernel, size_t smem, size_t& granted) {  // raised once as needed
     if (smem > 48 * 1024 && smem > granted) {
@@ -675,7 +771,7 @@ void gated_delta_rule_chunked(const float* q, const float* k, const float* v, co
     }
   };
   const size_t prep_smem = size_t(PrepSmem{dk + 1, C}.total()) * sizeof(float);
-  const size_t scan_smem = size_t(ScanSmem{dk + 1, C, bv}.total()) * sizeof(float);
+  const size_t scan_smem = size_t(ScanSmem{round4(dk), round4(C)}.total()) * sizeof(float);
   static size_t prep_granted = 0, scan_granted = 0;
   grant(gdr_chunk_prep_kernel, prep_smem, prep_granted);
   grant(gdr_chunk_scan_kernel, scan_smem, scan_granted);
@@ -684,9 +780,9 @@ void gated_delta_rule_chunked(const float* q, const float* k, const float* v, co
     launch("gdr_chunk_prep_kernel", gdr_chunk_prep_kernel, dim3(unsigned(b1 - b0), unsigned(H)), dim3(kChunkThreads),
            prep_smem, s, q, k, v, g, beta, scale, C, int(d.n_head_k), H, dk, dv, rows, int(n_rows), int(b0), sc,
            scratch);
-    launch("gdr_chunk_scan_kernel", gdr_chunk_scan_kernel, dim3(unsigned(n_rows), unsigned(H), blocks_for(dv, bv)),
-           dim3(kChunkThreads), scan_smem, s, q, k, scale, C, int(d.n_head_k), H, dk, dv, bv, rows, int(b0), int(b1),
-           sc, static_cast<const float*>(scratch), state, out);
+    launch("gdr_chunk_scan_kernel", gdr_chunk_scan_kernel,
+           dim3(unsigned(n_rows), unsigned(H), blocks_for(dv, kScanColumns)), dim3(kChunkThreads), scan_smem, s, C, H,
+           dk, dv, rows, int(b0), int(b1), sc, static_cast<const float*>(scratch), state, out);
   }
 }
 
