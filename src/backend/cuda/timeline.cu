@@ -2,10 +2,14 @@
 // every kernel's and copy's start and end on the GPU, from CUPTI's activity
 // records, written to path (CSV) at exit. For seeing where a decode step
 // loses time between kernels (PDL overlap, small kernels, attention) without
-// nsys. libcupti is opened with dlopen only when asked (AUGUR_CUDA_CUPTI
+// nsys. AUGUR_CUDA_TIMELINE_API=1 adds the runtime and driver calls of 20 us
+// or more as rows "api_NAME" (stream = the calling thread), for seeing where
+// the host waits: a first launch that loads its module, an allocation, a
+// synchronisation. libcupti is opened with dlopen only when asked (AUGUR_CUDA_CUPTI
 // names the file, else libcupti.so.13 from the loader's path), so nothing
 // links against it. scripts/timeline.py reads the file.
 #include <cupti_activity.h>
+#include <cupti_callbacks.h>
 #include <cxxabi.h>
 #include <dlfcn.h>
 
@@ -33,7 +37,10 @@ struct Timeline {
   std::vector<KernelRecord> kernels;
   CUptiResult (*get_next)(uint8_t*, size_t, CUpti_Activity**) = nullptr;
   CUptiResult (*flush_all)(uint32_t) = nullptr;
+  CUptiResult (*callback_name)(CUpti_CallbackDomain, uint32_t, const char**) = nullptr;
 };
+
+constexpr uint64_t kApiMinNs = 20000;  // shorter calls are launches that cost what they should
 
 Timeline* g_timeline = nullptr;
 constexpr size_t kBufferBytes = size_t(8) << 20;
@@ -65,6 +72,18 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       r.start = m->start, r.end = m->end;
       r.grid = uint32_t(m->bytes), r.graph = m->graphId, r.correlation = m->correlationId, r.stream = m->streamId;
       r.name = std::string("memcpy_") + (m->copyKind < 11 ? kinds[m->copyKind] : "?");
+      t->kernels.push_back(std::move(r));
+      continue;
+    }
+    if (rec->kind == CUPTI_ACTIVITY_KIND_RUNTIME || rec->kind == CUPTI_ACTIVITY_KIND_DRIVER) {
+      const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(rec);
+      if (a->end - a->start < kApiMinNs) continue;
+      const char* name = nullptr;
+      t->callback_name(rec->kind == CUPTI_ACTIVITY_KIND_RUNTIME ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API,
+                       a->cbid, &name);
+      KernelRecord r;
+      r.start = a->start, r.end = a->end, r.correlation = a->correlationId, r.stream = a->threadId;
+      r.name = std::string("api_") + (name != nullptr ? name : std::to_string(a->cbid));
       t->kernels.push_back(std::move(r));
       continue;
     }
@@ -122,6 +141,7 @@ void timeline_start() {
   t->path = path;
   t->get_next = reinterpret_cast<decltype(t->get_next)>(sym("cuptiActivityGetNextRecord"));
   t->flush_all = reinterpret_cast<decltype(t->flush_all)>(sym("cuptiActivityFlushAll"));
+  t->callback_name = reinterpret_cast<decltype(t->callback_name)>(sym("cuptiGetCallbackName"));
   auto reg = reinterpret_cast<CUptiResult (*)(CUpti_BuffersCallbackRequestFunc, CUpti_BuffersCallbackCompleteFunc)>(
       sym("cuptiActivityRegisterCallbacks"));
   auto enable = reinterpret_cast<CUptiResult (*)(CUpti_ActivityKind)>(sym("cuptiActivityEnable"));
@@ -130,6 +150,10 @@ void timeline_start() {
       enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS ||
       enable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS)
     fail("[cuda] AUGUR_CUDA_TIMELINE: CUPTI refused kernel or copy activity records");
+  const char* api = std::getenv("AUGUR_CUDA_TIMELINE_API");
+  if (api != nullptr && std::string(api) == "1" &&
+      (enable(CUPTI_ACTIVITY_KIND_RUNTIME) != CUPTI_SUCCESS || enable(CUPTI_ACTIVITY_KIND_DRIVER) != CUPTI_SUCCESS))
+    fail("[cuda] AUGUR_CUDA_TIMELINE_API: CUPTI refused API activity records");
   std::atexit(write_timeline);
 }
 
