@@ -131,6 +131,10 @@ Engine::Engine(std::unique_ptr<Model> model, std::optional<TextModel> text, cons
   ro.prefill_chunk = opts.step_tokens;
   ro.max_sequences = opts.max_sequences;
   runner_ = std::make_unique<Runner>(*model_, ro);
+  // An accelerator's first forward of each length loads kernels and picks
+  // algorithms (tens of ms on CUDA); do it now. On the CPU there is nothing
+  // of the kind to pay.
+  if (info().placement.device() != Device::CPU) runner_->warm_up(opts.step_tokens);
   if (opts.prefix_cache) prefix_ = std::make_unique<PrefixCache>(runner_->pool(), runner_->kv(), opts.prefix_states);
 }
 

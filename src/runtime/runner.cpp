@@ -1,6 +1,9 @@
 #include "runtime/runner.h"
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "backend/device.h"
 #include "core/error.h"
@@ -165,6 +168,27 @@ Tensor Runner::feed(Sequence& seq, std::span<const int32_t> tokens, bool all_log
     }
   }
   return out;
+}
+
+void Runner::warm_up(int64_t tokens) {
+  int64_t most = std::min({tokens, opts_.prefill_chunk, pool_.n_free() * opts_.block_size - 1});
+  if (model_->info().max_position > 0) most = std::min(most, model_->info().max_position - 1);
+  if (most <= 0) return;
+  std::vector<int64_t> lengths;
+  for (int64_t m = 16; m < most; m *= 2) lengths.push_back(m);
+  lengths.push_back(most);
+  const std::vector<int32_t> zeros(size_t(most), 0);
+  for (int64_t m : lengths) {
+    const std::unique_ptr<Sequence> seq = new_sequence();
+    Sequence* seqs[] = {seq.get()};
+    const std::span<const int32_t> chunk[] = {std::span<const int32_t>(zeros).first(size_t(m))};
+    const int32_t wants[] = {1};
+    step(seqs, chunk, wants, LogitsOn::Device);
+    if (m == lengths.back()) {  // and a decode step's forward
+      const std::span<const int32_t> one[] = {std::span<const int32_t>(zeros).first(1)};
+      step(seqs, one, wants, LogitsOn::Host);
+    }
+  }
 }
 
 }  // namespace augur

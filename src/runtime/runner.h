@@ -77,6 +77,15 @@ class Runner {
   Tensor feed(Sequence& seq, std::span<const int32_t> tokens, bool all_logits = false,
               LogitsOn on = LogitsOn::Host);
 
+  // Throwaway forwards of 16, 32, 64, ... tokens up to `tokens` (bounded by
+  // the prefill chunk, the KV pool and the model's positions), then one of a
+  // single token, on a sequence given back after: what the first forward of
+  // each length would otherwise pay once per process is paid here, at load
+  // (on CUDA: loading cuBLASLt's and our kernels, choosing cuBLASLt's
+  // algorithm for each length's bucket, the caching allocator's first
+  // allocations). Leaves no state behind: its blocks and slot go back.
+  void warm_up(int64_t tokens);
+
  private:
   // step() and step_ahead(): the forward, with the ids on the device when given.
   Tensor run(std::span<Sequence* const> seqs, std::span<const std::span<const int32_t>> tokens,

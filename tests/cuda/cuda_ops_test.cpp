@@ -360,6 +360,9 @@ TEST_F(CudaMatmul, TensorCorePath) {
   // Strided x / y, and an odd K (cuBLASLt or the generic kernel).
   run_matmul({40, 520, 72, 8, 4}, seed++);
   run_matmul({20, 33, 17, 1, 1}, seed++);
+  // Lengths that run their power-of-two bucket's algorithm (gemm_lt.cu).
+  run_matmul({1000, 2048, 1536, 0, 0}, seed++);
+  run_matmul({2047, 512, 3072, 0, 8}, seed++);
 }
 
 TEST_F(CudaMatmul, PreconvertedInput) {

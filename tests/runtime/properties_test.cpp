@@ -400,6 +400,27 @@ TEST_P(Properties, StateSlotsAreLimitedAndReturned) {
   }
 }
 
+// Runner::warm_up (what an engine on an accelerator runs at load) gives back
+// every block and slot it took, and what is fed after it is what a runner
+// that never warmed up computes, bit for bit. The cache is small, so the
+// warm-up's lengths are bounded by it (16, 32, then 63 of 64 tokens).
+TEST_P(Properties, WarmUpLeavesNothingBehind) {
+  const int32_t V = int32_t(model_->info().n_vocab);
+  auto ids = random_ids(30, V, 41);
+  RunnerOptions ro;
+  ro.max_cached_tokens = 64;
+  ro.block_size = 8;
+  ro.max_sequences = 1;
+  Tensor ref = all_logits(*model_, ids, ro);
+  Runner runner(*model_, ro);
+  runner.warm_up(512);
+  EXPECT_EQ(runner.pool().n_free(), runner.pool().n_blocks());
+  EXPECT_EQ(runner.slots().n_free(), runner.slots().n_slots());
+  auto seq = runner.new_sequence();
+  Tensor got = runner.feed(*seq, ids, true);
+  ASSERT_EQ(0, std::memcmp(got.raw(), ref.raw(), ref.nbytes()));
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, Properties,
                          ::testing::Values("llama", "qwen3", "qwen3_5", "qwen3_5_moe", "qwen3_next"));
 

@@ -17,6 +17,7 @@ namespace augur::cuda {
   X(destroy, cublasLtDestroy)                                       \
   X(matmul, cublasLtMatmul)                                         \
   X(algo_get_heuristic, cublasLtMatmulAlgoGetHeuristic)             \
+  X(algo_check, cublasLtMatmulAlgoCheck)                            \
   X(desc_create, cublasLtMatmulDescCreate)                          \
   X(desc_destroy, cublasLtMatmulDescDestroy)                        \
   X(desc_set_attribute, cublasLtMatmulDescSetAttribute)             \

@@ -84,6 +84,19 @@ void make_problem(LtProblem& p, int64_t M, int64_t K, int64_t N, int64_t ldy, in
                                                     sizeof(ac)));
 }
 
+// The length whose heuristic algorithm a matmul of M rows runs: M rounded up
+// to a power of two, at least 16. One algorithm, so one kernel, then serves a
+// range of lengths, and the kernels that Runner::warm_up's forwards of 16, 32,
+// ... tokens load are the ones a prompt of any length uses. A cuBLASLt
+// kernel's first launch in a process loads it: 2-5 ms each on the H200, and
+// about 60 ms for the first of all (a fresh process's 2048-token prefill of a
+// 4B dense model spent 80 of its 127 ms on them).
+int64_t algo_bucket(int64_t M) {
+  int64_t b = 16;
+  while (b < M) b *= 2;
+  return b;
+}
+
 }  // namespace
 
 namespace detail {
@@ -110,6 +123,26 @@ bool lt_matmul(const half_bits* xb, int64_t M, int64_t K, const half_bits* w, in
     if (it != c.lt_algos.end()) {
       chosen = it->second;
       found = true;
+    }
+  }
+  if (!found && algo < 0) {
+    // The length's bucket's algorithm, where it runs this problem.
+    const int64_t Mb = algo_bucket(M);
+    if (Mb != M) {
+      LtProblem pb;
+      make_problem(pb, Mb, K, N, ldy, align_a, align_b, align_c, f16 ? CUDA_R_16F : CUDA_R_16BF);
+      cublasLtMatmulHeuristicResult_t r = {}, check = {};
+      int n = 0;
+      found = lt_api().algo_get_heuristic(c.lt, pb.op.h, pb.a.h, pb.b.h, pb.c.h, pb.c.h, pb.pref.h, 1, &r, &n) ==
+                  CUBLAS_STATUS_SUCCESS &&
+              n > 0 &&
+              lt_api().algo_check(c.lt, p.op.h, p.a.h, p.b.h, p.c.h, p.c.h, &r.algo, &check) == CUBLAS_STATUS_SUCCESS &&
+              check.workspaceSize <= Context::kLtWorkspaceBytes;
+      if (found) {
+        chosen = r.algo;
+        std::lock_guard<std::mutex> lock(c.lt_mutex);
+        c.lt_algos.emplace(key, chosen);
+      }
     }
   }
   if (!found) {
