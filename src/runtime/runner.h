@@ -78,7 +78,7 @@ class Runner {
               LogitsOn on = LogitsOn::Host);
 
   // Throwaway forwards of 16, 32, 64, ... tokens up to `tokens` (bounded by
-  // the prefill chunk, the KV pool and the model's positions), then one of a
+  // the prefill chunk, 4096, the KV pool and the model's positions), then one of a
   // single token, on a sequence given back after: what the first forward of
   // each length would otherwise pay once per process is paid here, at load
   // (on CUDA: loading cuBLASLt's and our kernels, choosing cuBLASLt's
