@@ -42,6 +42,11 @@ int chat(const ChatArgs& a) {
   eo.max_cached_tokens = a.ctx;
   eo.max_sequences = 1;
   Engine engine(load_model(a.model, device), std::move(text), eo);
+  SpeculationParams speculation;
+  speculation.draft = a.draft;
+  speculation.k = a.draft_tokens;
+  speculation.draft_vocab = a.draft_vocab;
+  engine.prepare_speculation(speculation);  // a bad draft fails before the first turn
   int64_t session = engine.open_session();
   const bool tty = isatty(STDIN_FILENO);
 
@@ -75,9 +80,7 @@ int chat(const ChatArgs& a) {
     params.sampling = sampling;
     params.stop = a.stops;
     params.session = session;
-    params.speculation.draft = a.draft;
-    params.speculation.k = a.draft_tokens;
-    params.speculation.draft_vocab = a.draft_vocab;
+    params.speculation = speculation;
     std::string reply;
     const Event res = engine.run(engine.submit(prompt, params), [&](const Event& e) {
       reply += e.text;

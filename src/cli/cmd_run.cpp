@@ -118,6 +118,7 @@ int run(const RunArgs& a) {
   params.speculation.draft = a.draft;
   params.speculation.k = a.draft_tokens;
   params.speculation.draft_vocab = a.draft_vocab;
+  engine.prepare_speculation(params.speculation);  // not in the request's timings
   std::string out_text;
   std::vector<int32_t> ids;  // every generated id
   const bool print_text = engine.text() != nullptr && !a.json;

@@ -147,6 +147,10 @@ class Drafter {
   virtual void commit(DraftRow& row, int64_t pos0, int64_t n, const float* hidden) {
     (void)row, (void)pos0, (void)n, (void)hidden;
   }
+  // What a drafter that runs a model pays on an accelerator the first time
+  // it sees each length (Runner::warm_up): paid now, for prompts of up to
+  // `tokens` and drafts of up to k tokens a row.
+  virtual void warm_up(int64_t tokens, int32_t k) { (void)tokens, (void)k; }
 };
 
 // A draft vocabulary file: token ids as decimal integers separated by

@@ -586,6 +586,15 @@ Drafter& Engine::drafter(const std::string& name, const std::string& vocab_file)
   return *(drafters_[key] = std::move(d));
 }
 
+void Engine::prepare_speculation(const SpeculationParams& params) {
+  validate(params);
+  if (params.draft.empty()) return;
+  Drafter& d = drafter(params.draft, params.draft_vocab);
+  if (info().placement.device() == Device::CPU) return;
+  d.warm_up(opts_.step_tokens, params.k);
+  runner_->warm_up(0, 1 + params.k);  // the target's verify windows
+}
+
 int32_t Engine::draft_budget(Live& r, int64_t room) {
   const SpeculationParams& p = r.params.speculation;
   if (room <= 0) return 0;

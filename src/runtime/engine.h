@@ -144,6 +144,12 @@ class Engine {
 
   // The prompt's token ids as a request would feed them.
   std::vector<int32_t> encode(const Prompt& prompt) const;
+  // Makes the draft source `params` names now rather than at the first
+  // request that asks for it, so that a bad name, draft model or draft
+  // vocabulary is an augur::Error here; on an accelerator also pays what
+  // the first speculative request would (Drafter::warm_up, and the target's
+  // verify windows of up to 1 + k tokens). Nothing to do without a draft.
+  void prepare_speculation(const SpeculationParams& params);
   // Checks the request (bad input is an augur::Error naming it) and queues it.
   RequestId submit(const Prompt& prompt, const RequestParams& params);
   // Ends a request at once: its final event (FinishReason::Cancelled) comes

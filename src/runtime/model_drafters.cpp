@@ -89,6 +89,11 @@ class MtpDrafter final : public Drafter {
   bool reads_hidden() const override { return true; }
   bool keeps_rows() const override { return true; }
 
+  // A round's first forward feeds the entries committed since the last
+  // round (up to k + 1: a verify's accepted tokens), then chains one token.
+  // A prompt's entries come in chunks of the prefill length.
+  void warm_up(int64_t tokens, int32_t k) override { runner_.warm_up(tokens, k + 1); }
+
   std::unique_ptr<DraftRow> open(const SpeculationParams&) override {
     auto row = std::make_unique<MtpRow>(runner_.new_sequence());
     row->d = runner_.model().info().d_model;
@@ -185,6 +190,10 @@ class ModelDrafter final : public Drafter {
       : model_(std::move(model)), runner_(cut(*model_, vocab, cut_), opts) {}
   const char* schema() const override { return "model"; }
   bool keeps_rows() const override { return true; }
+
+  // A round's first forward feeds what the row's sequence lacks (up to
+  // k + 1 tokens after a verify, a prompt's chunk), then one token a draft.
+  void warm_up(int64_t tokens, int32_t k) override { runner_.warm_up(tokens, k + 1); }
 
   std::unique_ptr<DraftRow> open(const SpeculationParams&) override {
     return std::make_unique<ModelRow>(runner_.new_sequence());

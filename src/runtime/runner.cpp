@@ -178,24 +178,42 @@ Tensor Runner::feed(Sequence& seq, std::span<const int32_t> tokens, bool all_log
 // second of compute already.
 constexpr int64_t kWarmUpMaxTokens = 4096;
 
-void Runner::warm_up(int64_t tokens) {
-  int64_t most = std::min({tokens, opts_.prefill_chunk, kWarmUpMaxTokens, pool_.n_free() * opts_.block_size - 1});
-  if (model_->info().max_position > 0) most = std::min(most, model_->info().max_position - 1);
-  if (most <= 0) return;
+void Runner::warm_up(int64_t tokens, int64_t few) {
+  // One sequence holds the longest forward and the windows after it.
+  int64_t room = pool_.n_free() * opts_.block_size;
+  if (model_->info().max_position > 0) room = std::min(room, model_->info().max_position);
+  few = std::min(few, opts_.prefill_chunk);
+  while (few > 0 && few * (few + 1) / 2 > room) --few;
+  if (few <= 0) return;
+  const int64_t most = std::min({tokens, opts_.prefill_chunk, kWarmUpMaxTokens, room - few * (few + 1) / 2});
   std::vector<int64_t> lengths;
   for (int64_t m = 16; m < most; m *= 2) lengths.push_back(m);
-  lengths.push_back(most);
-  const std::vector<int32_t> zeros(size_t(most), 0);
+  if (most > 0) lengths.push_back(most);
+  const std::vector<int32_t> zeros(size_t(std::max(most, few)), 0);
+  // A draft head's forward reads a hidden state beside each token.
+  const int64_t d = model_->info().d_model;
+  auto hidden_for = [&](int64_t m) {
+    HiddenIo io;
+    if (model_->reads_hidden()) io.in = Tensor::empty(DType::F32, {m, d});  // zeros
+    return io;
+  };
+  std::unique_ptr<Sequence> seq;
   for (int64_t m : lengths) {
-    const std::unique_ptr<Sequence> seq = new_sequence();
+    seq.reset();  // (its slot first: a pool may hold one)
+    seq = new_sequence();
     Sequence* seqs[] = {seq.get()};
     const std::span<const int32_t> chunk[] = {std::span<const int32_t>(zeros).first(size_t(m))};
     const int32_t wants[] = {1};
-    step(seqs, chunk, wants, LogitsOn::Device);
-    if (m == lengths.back()) {  // and a decode step's forward
-      const std::span<const int32_t> one[] = {std::span<const int32_t>(zeros).first(1)};
-      step(seqs, one, wants, LogitsOn::Host);
-    }
+    step(seqs, chunk, wants, LogitsOn::Device, hidden_for(m));
+  }
+  if (!seq) seq = new_sequence();
+  // Then forwards of few, few - 1, ..., 1 tokens after it, each asking for
+  // every token's logits: a verify window's shapes, and last a decode step's.
+  Sequence* seqs[] = {seq.get()};
+  for (int64_t m = few; m >= 1; --m) {
+    const std::span<const int32_t> window[] = {std::span<const int32_t>(zeros).first(size_t(m))};
+    const int32_t wants[] = {int32_t(m)};
+    step(seqs, window, wants, m == 1 ? LogitsOn::Host : LogitsOn::Device, hidden_for(m));
   }
 }
 

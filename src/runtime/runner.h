@@ -78,13 +78,16 @@ class Runner {
               LogitsOn on = LogitsOn::Host);
 
   // Throwaway forwards of 16, 32, 64, ... tokens up to `tokens` (bounded by
-  // the prefill chunk, 4096, the KV pool and the model's positions), then one of a
-  // single token, on a sequence given back after: what the first forward of
-  // each length would otherwise pay once per process is paid here, at load
-  // (on CUDA: loading cuBLASLt's and our kernels, choosing cuBLASLt's
-  // algorithm for each length's bucket, the caching allocator's first
-  // allocations). Leaves no state behind: its blocks and slot go back.
-  void warm_up(int64_t tokens);
+  // the prefill chunk, 4096, the KV pool and the model's positions), then,
+  // after the longest, forwards of few, few - 1, ..., 1 tokens asking for
+  // every token's logits (verify windows of few tokens; the last a decode
+  // step), on a sequence given back after: what the first forward of each
+  // length would otherwise pay once per process is paid here, at load (on
+  // CUDA: loading cuBLASLt's and our kernels, choosing cuBLASLt's algorithm
+  // for each length's bucket, the caching allocator's first allocations).
+  // A draft head's forwards read zero hidden states. Leaves no state
+  // behind: its blocks and slot go back.
+  void warm_up(int64_t tokens, int64_t few = 1);
 
  private:
   // step() and step_ahead(): the forward, with the ids on the device when given.

@@ -532,7 +532,9 @@ void Server::bind() {
   getsockname(evhttp_bound_socket_get_fd(m.bound), reinterpret_cast<sockaddr*>(&addr), &len);
   m.bound_port = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
                                             : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-  // The scheduler (and its warm-up) starts once the port is ours.
+  // The draft source, then the scheduler (and its warm-up), once the port
+  // is ours: a bad --draft stops the server before it answers anything.
+  m.engine.prepare_speculation(m.opts.speculation);
   m.sched = std::make_unique<Scheduler>(m.engine, m.sched_opts);
   m.ctx.max_context = m.sched->capacity_tokens();
 }

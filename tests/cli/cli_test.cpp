@@ -24,8 +24,9 @@ struct Result {
   std::string out;  // stdout + stderr
 };
 
-Result run(const std::string& args) {
-  std::string cmd = kAugur + " " + args + " 2>&1";
+// A shell command's exit status and output.
+Result shell(const std::string& command) {
+  std::string cmd = command + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   Result r{-1, ""};
   char buf[4096];
@@ -35,6 +36,8 @@ Result run(const std::string& args) {
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
 }
+
+Result run(const std::string& args) { return shell(kAugur + " " + args); }
 
 // A scratch model directory that starts as a copy of a fixture.
 struct TempModel {
@@ -228,6 +231,21 @@ TEST(Cli, RunWithNgramDraftsEqualsPlainGreedy) {
   EXPECT_LE(s["speculation"]["accepted"].get<int64_t>(), s["speculation"]["drafted"].get<int64_t>());
   expect_error(run(args + " --temperature 0 --draft nope"), {"nope"});
   expect_error(run(args + " --temperature 0 --draft ngram --draft-tokens 0"), {"draft tokens"});
+}
+
+// serve with a draft source it cannot make says so and exits before it
+// listens, rather than failing every request (`timeout`: a server that
+// started would not end).
+TEST(Cli, ServeRefusesABadDraftAtStart) {
+  const std::string serve = "timeout 120 " + kAugur + " serve --device cpu --port 0 --no-warmup";
+  for (const auto& [flags, named] : {std::pair<std::string, std::string>{"--draft /no/such/dir", "/no/such/dir"},
+                                     {"--draft mtp --draft-vocab /nonexistent/vocab", "/nonexistent/vocab"},
+                                     {"--draft ngram --draft-tokens 99", "draft tokens"}}) {
+    const Result r = shell(serve + " " + flags);
+    expect_error(r, {named});
+    EXPECT_NE(r.status, 124) << "still serving after 120 s: " << r.out;
+    EXPECT_EQ(r.out.find("listening"), std::string::npos) << r.out;
+  }
 }
 
 // run --draft mtp (augur-tiny's trained head), alone and with a draft

@@ -5,6 +5,7 @@
 // 256 generated tokens, alone, batched and across a session's turns.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -287,6 +288,39 @@ TEST(MtpHead, LoadedOnlyWhereTheCheckpointHasOne) {
   EXPECT_EQ(tiny->mtp()->info().n_vocab, tiny->info().n_vocab);
 }
 
+// Runner::warm_up over a draft head (what Drafter::warm_up runs on an
+// accelerator) feeds hidden states beside its tokens, gives back every block
+// and slot, and leaves the head's next forward as a cold runner computes it.
+TEST(MtpHead, WarmUpLeavesNothingBehind) {
+  auto tiny = load_model(kTiny);
+  Model& head = *tiny->mtp();
+  RunnerOptions ro;
+  ro.max_cached_tokens = 128;
+  ro.block_size = 16;
+  ro.prefill_chunk = 64;
+  const int64_t n = 9, d = head.info().d_model;
+  const auto ids = prompt_ids(head.info().n_vocab, 3, int(n));
+  HiddenIo io;
+  io.in = Tensor::empty(DType::F32, {n, d});
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  for (int64_t i = 0; i < io.in.numel(); ++i) io.in.data<float>()[i] = normal(rng);
+  auto forward = [&](Runner& runner) {
+    auto seq = runner.new_sequence();
+    Sequence* seqs[] = {seq.get()};
+    const std::span<const int32_t> tokens[] = {ids};
+    const int32_t wants[] = {int32_t(n)};
+    return runner.step(seqs, tokens, wants, LogitsOn::Host, io);
+  };
+  Runner cold(head, ro), warm(head, ro);
+  warm.warm_up(64, 5);
+  EXPECT_EQ(warm.pool().n_free(), warm.pool().n_blocks());
+  EXPECT_EQ(warm.slots().n_free(), warm.slots().n_slots());
+  const Tensor want = forward(cold), got = forward(warm);
+  ASSERT_EQ(got.shape(), want.shape());
+  ASSERT_EQ(0, std::memcmp(got.raw(), want.raw(), want.nbytes()));
+}
+
 // Draft states are tagged with their source and the tokens they cover; a
 // draft model's checkpoint (recurrent state and all) restores its row.
 TEST(DraftState, ASourceOrLengthMismatchIsAnError) {
@@ -333,22 +367,32 @@ TEST(DraftState, ASourceOrLengthMismatchIsAnError) {
   EXPECT_NE(error([&] { other->restore(o, c); }).find("not this engine's"), std::string::npos);
 }
 
+// A request's draft source, or one prepared ahead of any request (what
+// run, chat and serve do at start), that cannot be made is an error naming it.
 TEST(DraftErrors, NameWhatIsWrong) {
   auto e = engine_at(kData + "/llama");
-  RequestParams p;
-  p.max_tokens = 4;
-  auto message = [&](const std::string& draft) {
-    p.speculation.draft = draft;
-    try {
-      e->submit(Prompt::of_ids({1, 2, 3}), p);
-    } catch (const Error& err) {
-      return std::string(err.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_NE(message("mtp").find("no MTP head"), std::string::npos) << message("mtp");
-  EXPECT_NE(message("/no/such/dir").find("none of ngram, mtp, replay"), std::string::npos);
-  EXPECT_NE(message(kTiny).find("vocabulary of 8192 tokens"), std::string::npos) << message(kTiny);
+  for (const bool ahead : {false, true}) {
+    RequestParams p;
+    p.max_tokens = 4;
+    auto message = [&](const std::string& draft) {
+      p.speculation.draft = draft;
+      try {
+        if (ahead)
+          e->prepare_speculation(p.speculation);
+        else
+          e->submit(Prompt::of_ids({1, 2, 3}), p);
+      } catch (const Error& err) {
+        return std::string(err.what());
+      }
+      return std::string("no error");
+    };
+    EXPECT_NE(message("mtp").find("no MTP head"), std::string::npos) << message("mtp");
+    EXPECT_NE(message("/no/such/dir").find("none of ngram, mtp, replay"), std::string::npos);
+    EXPECT_NE(message(kTiny).find("vocabulary of 8192 tokens"), std::string::npos) << message(kTiny);
+    p.speculation.k = 0;
+    EXPECT_NE(message("ngram").find("draft tokens"), std::string::npos) << message("ngram");
+  }
+  EXPECT_TRUE(e->idle());
 }
 
 }  // namespace

@@ -400,10 +400,12 @@ TEST_P(Properties, StateSlotsAreLimitedAndReturned) {
   }
 }
 
-// Runner::warm_up (what an engine on an accelerator runs at load) gives back
+// Runner::warm_up (what an engine on an accelerator runs at load, with
+// verify windows of up to 5 tokens after it where it speculates) gives back
 // every block and slot it took, and what is fed after it is what a runner
 // that never warmed up computes, bit for bit. The cache is small, so the
-// warm-up's lengths are bounded by it (16, 32, then 63 of 64 tokens).
+// warm-up's lengths are bounded by it (16, 32, 49 tokens, then windows of
+// 5, 4, 3, 2 and 1 filling the 64).
 TEST_P(Properties, WarmUpLeavesNothingBehind) {
   const int32_t V = int32_t(model_->info().n_vocab);
   auto ids = random_ids(30, V, 41);
@@ -413,7 +415,7 @@ TEST_P(Properties, WarmUpLeavesNothingBehind) {
   ro.max_sequences = 1;
   Tensor ref = all_logits(*model_, ids, ro);
   Runner runner(*model_, ro);
-  runner.warm_up(512);
+  runner.warm_up(512, 5);
   EXPECT_EQ(runner.pool().n_free(), runner.pool().n_blocks());
   EXPECT_EQ(runner.slots().n_free(), runner.slots().n_slots());
   auto seq = runner.new_sequence();
