@@ -2,7 +2,7 @@
 // the kernels of backend/cuda on Qwen3-8B shapes, timed with CUDA events over
 // CUDA-graph replays (as decode runs), median of several replays.
 //
-//   cuda_bench [--quick | --skinny-sweep | --stream-epi [M] | --stream-form [M] | --attention | --tail | --rope]
+//   cuda_bench [--quick | --skinny-sweep | --stream-epi [M] | --attention | --tail | --rope]
 //
 // --stream-epi M times the stream GEMV's fused ends at M rows of x (default 1;
 // 5 is a 1 + 4 verify step's).
@@ -19,7 +19,6 @@
 #include <numeric>
 #include <random>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "backend/cuda/kernels.h"
@@ -277,41 +276,6 @@ void stream_epi_sweep(double bw, int64_t M) {
   std::printf("(copy ceiling %.0f GB/s)\n\n", bw);
 }
 
-// The stream GEMV's stage forms (16-row tiles a stage, ring size) at M rows
-// of x, plain ends: us (GB/s of weights).
-void stream_form_sweep(double bw, int64_t M) {
-  using augur::cuda::detail::StreamGemv;
-  const Shape shapes[] = {{"8b qkv 6144x4096", 6144, 4096},      {"8b o 4096x4096", 4096, 4096},
-                          {"8b gate_up 24576x4096", 24576, 4096}, {"8b down 4096x12288", 4096, 12288},
-                          {"8b lm_head 151936x4096", 151936, 4096}, {"27b in_all 16480x5120", 16480, 5120},
-                          {"27b gate_up 34816x5120", 34816, 5120}, {"27b down 5120x17408", 5120, 17408}};
-  std::printf("== stream GEMV forms, M = %ld: us (GB/s) by tiles a stage / ring KB [s: x split each stage] ==\n", long(M));
-  Buf<float> x(size_t(M) * 17408), y(size_t(M) * 151936);
-  rand_f32(x.p, x.n, 1);
-  for (const Shape& sh : shapes) {
-    const size_t bytes = size_t(sh.N * sh.K) * 2;
-    const int copies = int(std::clamp<size_t>((size_t(1) << 30) / bytes, 2, 64));
-    Buf<uint16_t> w(size_t(copies) * size_t(sh.N * sh.K));
-    rand_bf16(w.p, w.n, 3);
-    std::printf("%-26s", sh.name);
-    for (const auto& [tiles, ring, each] :
-         std::vector<std::tuple<int, int, bool>>{{1, 192, false}, {1, 96, false}, {2, 192, false}, {2, 192, true}}) {
-      const double ms = time_graph([&](Stream s) {
-                          for (int c = 0; c < copies; ++c) {
-                            StreamGemv q;
-                            q.x = x.p, q.M = M, q.K = sh.K, q.ldx = sh.K, q.w = w.p + size_t(c) * size_t(sh.N * sh.K);
-                            q.N = sh.N, q.y = y.p, q.ldy = sh.N, q.tiles = tiles, q.ring_kb = ring, q.split_each_stage = each;
-                            augur::cuda::detail::stream_gemv(q, s);
-                          }
-                        }) /
-                        copies;
-      std::printf("  %d/%d%s %.1f (%.0f)", tiles, ring, each ? "s" : "", ms * 1e3, double(bytes) / (ms * 1e-3) / 1e9);
-    }
-    std::printf("\n");
-  }
-  std::printf("(copy ceiling %.0f GB/s)\n\n", bw);
-}
-
 // The end of a decoder block at decode (w_out, add + norm, gate/up, SwiGLU,
 // down) as the unfused kernels and as block_tail (stream GEMVs with fused
 // ends), over rotated copies of a layer's weights: us a layer and GB/s of weights.
@@ -446,10 +410,6 @@ int main(int argc, char** argv) {
   const bool attention_only = argc > 1 && std::strcmp(argv[1], "--attention") == 0;
   if (argc > 1 && std::strcmp(argv[1], "--stream-epi") == 0) {
     stream_epi_sweep(bw, argc > 2 ? std::atoi(argv[2]) : 1);
-    return 0;
-  }
-  if (argc > 1 && std::strcmp(argv[1], "--stream-form") == 0) {
-    stream_form_sweep(bw, argc > 2 ? std::atoi(argv[2]) : 1);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--skinny-sweep") == 0) {

@@ -9,8 +9,8 @@
 
 namespace augur::cuda::detail {
 
-// Reference modes for tests (tests/cuda): every matmul on f32 or f32-like
-// products (the skinny or generic kernel, slow), every attention through the scalar
+// Reference modes for tests (tests/cuda): every matmul on f32 products (the
+// skinny or generic kernel, slow), every attention through the scalar
 // flash-decoding kernel (f32 Q and P). Off by default; set before the work is
 // queued.
 struct Precision {
@@ -33,7 +33,7 @@ void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half
 // The split-K factor rows_kernel picks (0 if skinny_matmul takes the generic kernel).
 int skinny_splits(int64_t M, int64_t K, int64_t N);
 
-// The stream GEMV (gemv.cu, M <= 8, on tensor cores) with the decode step's fused ends:
+// The stream GEMV (gemv.cu, M <= 8) with the decode step's fused ends:
 //   y = f(x) · wᵀ, f(x) = x, or rms_norm(x) * g when norm (x: the residual);
 //   Store: y = the product; Accumulate: y += it (the residual), and y2 = it
 //   when y2 is given (row stride ldy too); SwiGLU: w is a fused gate/up
@@ -54,18 +54,12 @@ struct StreamGemv {
   bool norm = false;
   const float* g = nullptr;  // [K] f32
   float eps = 0;
-  // Shared-memory ring an SM, in KB (at least two stages, fewer where a
-  // SwiGLU stash needs the room).
-  int ring_kb = 192;
-  // 16-row tiles a stage (1 or 2: stages of 32 or 64 KB; 0: the kernel's choice).
-  int tiles = 0;
-  // Split x (into the mma's 16-bit parts) at every stage even where it fits
-  // in shared memory split once a block (tests and benchmarks of that form).
-  bool split_each_stage = false;
+  // Shared-memory ring an SM, in KB (32-224; fewer where a SwiGLU stash needs the room).
+  int ring_kb = 160;
   // The launch's name, for error messages and profiles (block_tail names its four GEMVs).
   const char* name = "stream_kernel";
 };
-// Shapes it takes: M <= 8, K % 8 == 0; SwiGLU: N even, N / 2 <= 65536.
+// Shapes it takes: M <= 8, K % 8 == 0 up to 18432; SwiGLU: N even, N / 2 <= 65536.
 bool stream_gemv_fits(int64_t M, int64_t K, int64_t N, bool swiglu = false);
 void stream_gemv(const StreamGemv& q, Stream s);
 

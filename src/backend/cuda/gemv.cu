@@ -7,9 +7,10 @@
 // reads 512 contiguous bytes of one row (lane l takes k = 8l..8l+7 of each
 // 256-wide step), 8 loads of 16 bytes in flight per lane, so DRAM sees long
 // runs of each row. Products on the FMA units in f32 (x exact), lanes reduced
-// with shuffles at the end. It takes the matrices too short to give every SM
-// a few rows; the stream kernel below (tensor cores, weights staged in
-// shared memory so that its loads fit the mma's fragments) takes the rest.
+// with shuffles at the end. (mma.m16n8k16's fragment layout would make each
+// load touch 8 rows x 64 bytes, which streams far slower.) It takes the
+// matrices too short to give every SM a stage's rows; the stream kernel below
+// takes the rest.
 //
 // Split-K: short matrices (too few warps for 132 SMs) cut K into S ranges;
 // each warp writes its partial tile to scratch and the last warp of a tile to
@@ -135,127 +136,139 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (lane == 0) counters[tile] = 0;
 }
 
-// stream_kernel: the decode and verify GEMV (M <= 8 rows of x) on tensor
-// cores, one block an SM, streaming its rows (every grid-th row) through a
-// ring of shared-memory stages filled by bulk copies.
-//
-// Why this form. A verify step's rows must be computed exactly as a decode
-// step's row (speculative greedy output equals plain greedy output only
-// then), and a 1 + 4 verify should cost little more than a decode step: the
-// weights are streamed once whatever M is. f32 FMAs on CUDA cores did five
-// rows at 61-80% of copy (the products, not the bytes, were the limit); an
-// mma's output column depends on its column of x alone, so a row of y here
-// is the same bits whatever M is, and M = 8 costs about what M = 1 does.
-// x (f32) is split into two 16-bit parts of the weights' type, hi =
-// half(x) and lo = half(x - hi) (in f16 scaled by 2^10, each part with its
-// own mma chain): the products of exact weights with both parts keep about
-// 16 (bf16) or 22 (f16) bits of x, f32-like (x rounded to bf16 would err by
-// ~1e-4 of sum |w x|). As everywhere on CUDA, f16 weights assume
-// activations within f16's range (AUGUR_CUDA_HALF=bf16 otherwise).
-//
-// The producer thread keeps the ring in flight and starts before the PDL
-// wait (weights depend on no earlier kernel), so a matrix starts streaming
-// while the kernels before it finish. Stage i: R = 16 TILES rows (the
-// block's units u0..u0+R-1 of group g = i / n_chunks) by kStreamK = 1024
-// columns (chunk c = i % n_chunks; the last may be short), one bulk copy a
-// row, each 128-byte aligned in shared memory (rows at an unpadded pitch).
-// Equal rows a block: the blocks end together.
-// The consumers: warp w takes the 64-column blocks 2w, 2w + 1 of every
-// stage, for all its rows: per block and 16-row tile, 4 mma.m16n8k16 for
-// each part of x (x's row m is the mma's column n = m; rows past M are
-// zeros). No ldmatrix: lane (g, t) reads 16 bytes of row g with one shared
-// load, elements 8t..8t+7 of the block's half h = g & 1 first and then the
-// other half, so that a load's 8 rows fall in two bank halves (no
-// conflicts); mma j takes elements 32 (j >> 1) + 8t + 4 (j & 1) + {0, 1} as
-// its k = 2t, 2t + 1 and + {2, 3} as 2t + 8, 2t + 9, and x is read to match
-// (one float4 a lane an mma).
-// x's parts: where they fit beside three 16-row stages (4 M K bytes; a decode
-// step's every matrix, a 1 + 4 verify's where K <= 4096), the consumers
-// split all of x once, before the first stage, into shared memory in
-// fragment order (XSPLIT), and a stage reads 8 bytes a lane an mma and
-// part; else each lane reads the next stage's x (f32, from L1/L2) before it
-// waits for this one and splits it when the stage starts. Both forms give
-// every mma the same operands. Splitting each stage costs ~0.8 us a stage
-// whatever its size (H100: 16-row stages 30% slower than 32-row ones at
-// M = 1); split once, 16-row stages are as fast as 32-row ones on long
-// matrices and faster on short ones (8B q/k/v 17.9 us against 20.5: less
-// of the last stage is empty), so they are XSPLIT's default. Staging x per
-// stage with bulk copies beside the weights instead (x's latency off the
-// consumers' path) measured the same as reading it from L1/L2.
-// Measured and dropped (H200, M = 1, 8B gate_up 24576 x 4096, a probe of
-// this form at 48.1 us): ldmatrix from rows at a padded pitch of 1024 + 8
-// halves (conflict-free, but a bulk copy whose shared destination is not
-// 128-byte aligned streams slower: 54.1 us); ldmatrix on unpadded rows
-// (8-way bank conflicts: 66.8 us); tensor-map copies with the 128-byte
-// swizzle (the box reads 128 bytes a row at a time: 53.2 us, and 34.3
-// against 24.2 on 8B down); x loaded at the stage that uses it (~3.7 us
-// more).
-// At a group's end each warp leaves its partial sums in shared memory and
-// thread o = r + R m adds the 8 warps' in order: every output is the warps'
-// mma chains (chunks, blocks, mmas and parts in order) summed in warp
-// order, whatever M is; deterministic.
+// stream_kernel: one block an SM streams its rows (every grid-th row)
+// through a ring of shared-memory stages filled by bulk copies.
+// Why: rows_kernel keeps ~4 KB in flight a warp, ~32 KB an SM on the short
+// matrices, and each launch ramps up from empty. Here one producer thread
+// keeps the ring in flight (160 KB an SM) and starts before the PDL wait
+// (weights depend on no earlier kernel), so a matrix starts streaming while
+// the kernels before it finish. Equal bytes a block: the blocks end
+// together, no tail of half-empty SMs. Interleaved rows keep the SMs' reads
+// at any moment within a few MB (as rows_kernel's).
+// Stage i: the block's rows j = 4g..4g+3 of group g = i / n_chunks, columns
+// [c * kStreamK, +kStreamK) of chunk c = i % n_chunks (the last chunk may be
+// short); one bulk copy a row, so every copy starts on a 4 KB boundary of its
+// row (equal chunks of a runtime width streamed slower).
+// Consumers (kStreamConsumers warps) take 8 columns a thread of every stage,
+// for all its rows. Where x fits (M <= 2; M <= 5 when K <= 4096, the verify
+// steps of 1 + 4 tokens) they hold their columns of x in registers for the
+// whole kernel (an x load from L2 behind the stream costs more than a
+// stage); else (verify steps of longer K or more rows) each stage reads its
+// columns of x again from shared memory and a stage holds 8 rows, not 4, so
+// that each x load serves twice the weights. At a group's end each warp sums
+// its R x MR outputs over its lanes (warp_sums: warp_sum's order, half the
+// values handed on at each step) and warp 0 adds the warps' in fixed order
+// (deterministic). Every output is the same
+// arithmetic in the same order whatever M is (dot8 over a thread's 8 columns,
+// chunks in order, the warp's butterfly, warps in order): a row of a verify
+// step's product is bit-equal to the one-row decode step's. Each
+// consumer thread releases a slot itself: racecheck sees no order between a
+// warp's reads and the next bulk copy when only lane 0 arrives after a
+// __syncwarp.
 // Fused ends (StreamGemv, the decode step's block tail): NORM takes x as the
-// residual stream and multiplies by rms_norm(x) * g before the split, every
-// block reducing all of x first (the squares in a fixed order); epi
-// StreamEpi::Accumulate adds into y (the residual; its old value is loaded
-// before the group's barrier) and optionally stores the product in y2 as
-// well. SwiGLU takes a fused gate/up matrix (gate rows f < F = N / 2, then up
-// rows F + f) with output columns f as its units: the block reads all its
-// gate rows, keeping their sums in shared memory (stash), then its up rows
-// in the same order, and stores silu(gate) * up: y[m, f]. (Reading a unit's
-// gate and up rows together, two regions of the matrix at once, streams
-// slower.)
-// x: [M, K] f32 (row stride ldx % 4 == 0, 16-byte aligned); w: [N, K] half
-// (K % 8 == 0, 16-byte aligned); y: [M, N] f32 (row stride ldy; [M, N / 2]
-// for SwiGLU); smem: slots x [R][kStreamK] half, then (XSPLIT) x's parts,
-// then full[slots], empty[slots] mbarriers, then red[2][consumers][R][8], the norm's
-// [consumers][8] and (SwiGLU) stash[units a block][8].
+// residual stream and multiplies by rms_norm(x) * g, each block reducing all
+// of x (it holds all of it); epi StreamEpi::Accumulate adds into y (the
+// residual; its old values are loaded at the group's start, off the critical
+// path) and optionally stores the product in y2 as well. SwiGLU takes a
+// fused gate/up matrix (gate rows f < F = N / 2, then up rows F + f) with
+// output columns f as its units: the block reads all its gate rows, keeping
+// their sums in smem (stash), then its up rows in the same order, and stores
+// silu(gate) * up: y[m, f]. That is the plain GEMV's read order (reading a
+// unit's gate and up rows together, two regions of the matrix at once,
+// streams slower).
+// x: [M, K] f32 (row stride ldx, K <= MAXC * kStreamK); w: [N, K] half (K % 8
+// == 0, 16-byte aligned); y: [M, N] f32 (row stride ldy; [M, N / 2] for
+// SwiGLU); smem: slots x [R][kStreamK] half (R = stream_rows(x in registers)), then
+// full[slots], empty[slots] mbarriers, then red[2][consumers][R * MR], then
+// (NORM) the norm's [consumers][MR] and (SwiGLU) stash[units a block][MR].
+constexpr int kStreamRows = 4;      // rows a stage, x in registers
+constexpr int kStreamRowsWide = 8;  // rows a stage, x in smem (each x load serves more weights; 4 measured slower)
+constexpr int stream_rows(bool x_in_registers) { return x_in_registers ? kStreamRows : kStreamRowsWide; }
+// Whether a thread's columns of x (MR rows of `chunks` stages) stay in
+// registers: 8 floats a row a chunk, at most 16 row-chunks.
+constexpr bool stream_x_in_registers(int MR, int64_t chunks) { return MR <= 2 || (MR <= 5 && chunks <= 2); }
 constexpr int kStreamConsumers = 8;
 constexpr int kStreamThreads = (kStreamConsumers + 1) * 32;
-constexpr int kStreamK = 1024;                                   // columns a stage
-constexpr int kStreamBlocks = kStreamK / 64 / kStreamConsumers;  // 64-column blocks a warp takes of a stage
-constexpr int kStreamParts = 2;                                  // 16-bit parts of x
-constexpr int kStreamMaxSmem = 227 * 1024;                       // a block's dynamic shared memory on sm_90
-// Rows an SM below which skinny_matmul takes rows_kernel (whatever M is, so
-// that a verify step's rows take the kernel a decode step's row does).
-constexpr int kStreamMinRows = 4;
-constexpr int stream_rows(int tiles) { return 16 * tiles; }
+constexpr int kStreamK = kStreamConsumers * 32 * 8;  // 2048 columns: 8 a consumer thread
+constexpr int kStreamMaxChunks = 9;                  // K <= 18432
+constexpr int kStreamMaxSmem = 227 * 1024;           // a block's dynamic shared memory on sm_90
+constexpr size_t kStreamXResident = 112 * 1024;      // M > 2: x staged whole up to this size
 
-size_t stream_header_bytes(int tiles, int slots, int stash_units) {
-  return size_t(2 * slots) * sizeof(uint64_t) +
-         size_t(2 * kStreamConsumers * stream_rows(tiles) * 8 + kStreamConsumers * 8 + stash_units * 8) *
-             sizeof(float);
+template <int MR>
+constexpr size_t stream_header_bytes(int rows, int slots, int stash_units = 0) {
+  return size_t(2 * slots) * sizeof(uint64_t) + size_t(2 * kStreamConsumers * rows * MR) * sizeof(float) +
+         size_t(kStreamConsumers * MR + stash_units * MR) * sizeof(float);
 }
-constexpr size_t stream_stage_bytes(int tiles) { return size_t(stream_rows(tiles)) * kStreamK * sizeof(uint16_t); }
+constexpr size_t stream_stage_bytes(int rows) { return size_t(rows) * kStreamK * sizeof(uint16_t); }
 
-// x split once a block into shared memory: [ceil(K / 64) blocks][4 mma]
-// [P parts][4 M lanes] words of b0, b1 (the 16-byte rows of a lane's
-// mma fragments), 4 M K bytes rounded up.
-constexpr size_t stream_xsplit_bytes(int64_t M, int64_t K) { return size_t((K + 63) / 64) * 4 * 2 * 4 * M * 8; }
+// A thread's 8 columns of one row of x against one weight row: every path of
+// the stream kernel sums through here, so all contract the same way.
+__device__ __forceinline__ float dot8(const float (&x)[8], const float (&w)[8]) {
+  float sum = 0.f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) sum += x[e] * w[e];
+  return sum;
+}
 
-template <bool F16, StreamEpi EPI, bool NORM, int TILES, bool XSPLIT>
+// Sums each of N values over the warp (N a power of two, at most 32) in
+// warp_sum's order, so each sum is bit-equal to warp_sum's: at the step of
+// offset o a lane keeps half its values and takes its partner's partial
+// sums of them (the partner keeps the other half), so the first log2(N)
+// steps shuffle N - 1 values in all instead of 5 N; the rest is warp_sum's
+// tail on the one value left. Lane l ends with value l / (32 / N).
+// (A step a template level, so that every index is a constant and v stays
+// in registers: as a loop, ptxas kept v in local memory.)
+template <int H, int O, int N>
+__device__ __forceinline__ void warp_sums_step(float (&v)[N], int lane) {
+  if constexpr (H >= 1) {
+    const bool upper = (lane & O) != 0;
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+      const float send = upper ? v[i] : v[i + H];
+      const float keep = upper ? v[i + H] : v[i];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+    }
+    warp_sums_step<H / 2, O / 2>(v, lane);
+  }
+}
+template <int N>
+__device__ __forceinline__ float warp_sums(float (&v)[N], int lane) {
+  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "warp_sums: N a power of two up to 32");
+  warp_sums_step<N / 2, 16>(v, lane);
+  float sum = v[0];
+#pragma unroll
+  for (int o = 16 / N; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  return sum;
+}
+
+constexpr int pow2_at_least(int v) { return v <= 1 ? 1 : 2 * pow2_at_least((v + 1) / 2); }
+
+// The fused ends are template parameters and plain arguments, not a struct
+// of runtime choices: that form made the plain GEMV measurably slower.
+// release_at_once is always true; it stays a run-time argument because with
+// the choice compiled in (or the branch removed) ptxas schedules the consumer
+// loop so that the K <= 4096 instantiations stream 10-18% slower. Either
+// branch is correct.
+template <int MR, int MAXC, bool F16, StreamEpi EPI, bool NORM>
 __global__ void __launch_bounds__(kStreamThreads, 1)
     stream_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
-                  float* __restrict__ y, int64_t ldy, int slots, const float* __restrict__ g_norm, float eps,
-                  float* __restrict__ y2) {
+                  float* __restrict__ y, int64_t ldy, int slots, bool release_at_once,
+                  const float* __restrict__ g_norm, float eps, float* __restrict__ y2, int xbufs) {
   constexpr bool swiglu = EPI == StreamEpi::SwiGLU;
-  constexpr int R = stream_rows(TILES), KC = kStreamK, NB = kStreamBlocks, P = kStreamParts;
-  static_assert(P == 2, "stream_kernel: x is split into a high and a low part");
-  // The low part is scaled up by 2^10 in f16 (and its chain scaled back at
-  // the group's end) so that it stays a normal f16 down to |x| ~ 1e-4
-  // (unscaled it is subnormal below |x| ~ 0.12 and keeps fewer bits), and
-  // stays finite for every x whose high part is (|x| * 2^-11 * 2^10 <=
-  // 65504). bf16 has f32's range: no scale.
-  constexpr float kLoScale = F16 ? 1024.f : 1.f;
   extern __shared__ __align__(128) unsigned char smem[];
+  // MAXC: the most chunks of K; 1 means x is read from shared memory each
+  // stage (run_stream's choice, stream_x_in_registers), more that it is held
+  // in registers.
+  constexpr bool kXReg = MAXC > 1;
+  constexpr int R = stream_rows(kXReg), KC = kStreamK;
+  constexpr int kOuts = (R * MR + 31) / 32;  // outputs of a group a lane of warp 0 owns
   uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
-  uint2* xsp = reinterpret_cast<uint2*>(smem + size_t(slots) * R * KC * sizeof(uint16_t));
-  uint64_t* full = reinterpret_cast<uint64_t*>(reinterpret_cast<unsigned char*>(xsp) +
-                                               (XSPLIT ? stream_xsplit_bytes(M, K) : 0));
+  // M > 2: x (and the norm's gain) staged by each consumer thread for its
+  // own columns, xbufs chunks: [xbufs][M][KC] f32, then (NORM) [xbufs][KC].
+  float* xs = reinterpret_cast<float*>(smem + size_t(slots) * R * KC * sizeof(uint16_t));
+  float* gs = xs + size_t(xbufs) * M * KC;
+  uint64_t* full = reinterpret_cast<uint64_t*>(gs + (NORM ? size_t(xbufs) * KC : 0));
   uint64_t* empty = full + slots;
-  float* red = reinterpret_cast<float*>(empty + slots);  // [2][consumers][R][8]
-  float* rn = red + 2 * kStreamConsumers * R * 8;        // [consumers][8]
-  float* stash = rn + kStreamConsumers * 8;              // SwiGLU: [units a block][8]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   // This block's units: u(i) = blk + G * i, i < n_units: rows, or for
   // SwiGLU output columns. Group g (R units' rows) of phase p = g / n_phase
@@ -294,284 +307,258 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     return;
   }
 
-  // x's float4 items in fragment order: item L of a row is columns
-  // item_k(L)..+3, the b0/b1 words of mma j = L % 16 / 4, lane column group
-  // L % 4, of 64-column block L / 16. Consumer thread i takes items i,
-  // i + 256, ... of every row, for the norm's squares and for XSPLIT.
-  const int nkb = (K + 63) / 64, per_row = nkb * 16, n_i = (per_row + kStreamConsumers * 32 - 1) / (kStreamConsumers * 32);
-  auto item_k = [](int L) {
-    const int j = L % 16 / 4;
-    return L / 16 * 64 + 32 * (j >> 1) + 8 * (L % 4) + 4 * (j & 1);
-  };
-  if constexpr (NORM) {  // the gain is a weight: into L1 before the wait
-    for (int u = 0; u < n_i; ++u) {
-      const int L = int(threadIdx.x) + u * kStreamConsumers * 32, k = item_k(L);
-      if (L < per_row && k < K) asm volatile("prefetch.global.L1 [%0];" ::"l"(g_norm + k));
-    }
-  }
   pdl_wait();
   pdl_launch_dependents();
-  const int gq = lane >> 2, t = lane & 3;
-  const bool has_row = gq < M;  // this lane's row of x: the mma's column gq
-  const float* xrow = x + int64_t(has_row ? gq : 0) * ldx;
-  float inv = 1.f;  // NORM: 1 / rms of row gq of x
-  auto inv_of = [&](int m) {
-    float s = 0.f;
-    for (int q = 0; q < kStreamConsumers; ++q) s += rn[q * 8 + m];
-    return 1.0f / sqrtf(s / float(K) + eps);
-  };
-  // XSPLIT with at most kHold items a thread: all of them loaded at once and
-  // held in registers through the norm (an x load behind the weights'
-  // stream waits for L2 more than a stage takes, so one round trip, not
-  // one for the squares and one for the split).
-  constexpr int kHold = 20;
-  const int held = M * n_i;
-  const bool hold = XSPLIT && held <= kHold;
-  float4 xh[kHold];
-  if (hold) {
-#pragma unroll
-    for (int q = 0; q < kHold; ++q) {
-      xh[q] = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (q < held) {
-        const int m = q / n_i, L = int(threadIdx.x) + (q - m * n_i) * kStreamConsumers * 32, k = item_k(L);
-        if (L < per_row && k < K) xh[q] = __ldg(reinterpret_cast<const float4*>(x + m * ldx + k));
-      }
+  const int kt = threadIdx.x * 8;  // this thread's columns of a chunk
+  float* red = reinterpret_cast<float*>(empty + slots);
+  // This thread's 8 columns of chunk c of row m of x (zeros past K).
+  auto load_x = [&](int c, int m, float (&v)[8]) {
+    const int k = c * KC + kt;
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f), b = a;
+    if (m < M && k < K) {
+      a = __ldg(reinterpret_cast<const float4*>(x + m * ldx + k));
+      b = __ldg(reinterpret_cast<const float4*>(x + m * ldx + k + 4));
     }
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  };
+  float xr[kXReg ? MAXC : 1][MR][8];
+  if constexpr (kXReg) {
+#pragma unroll
+    for (int c = 0; c < MAXC; ++c)
+#pragma unroll
+      for (int m = 0; m < MR; ++m) load_x(c, m, xr[c][m]);
   }
-  if constexpr (NORM) {
-    // Each row's squares: thread i's items in order, then warp sums, then
-    // the warps' in order (whether x is held or read again).
-    float ss[8];
-#pragma unroll
-    for (int m = 0; m < 8; ++m) ss[m] = 0.f;
-    auto add = [&](int m, float4 v) {
-      // Explicit FMAs: the same rounding at each of this lambda's inlined
-      // sites (the compiler may contract a * b + c differently at each).
-      const float sq = fmaf(v.w, v.w, fmaf(v.z, v.z, fmaf(v.y, v.y, __fmul_rn(v.x, v.x))));
-#pragma unroll
-      for (int mm = 0; mm < 8; ++mm)
-        if (mm == m) ss[mm] = __fadd_rn(ss[mm], sq);
-    };
-    if (hold) {
-#pragma unroll
-      for (int q = 0; q < kHold; ++q)
-        if (q < held) add(q / n_i, xh[q]);
-    } else {
-      for (int m = 0; m < M; ++m)
-#pragma unroll 4
-        for (int u = 0; u < n_i; ++u) {
-          const int L = int(threadIdx.x) + u * kStreamConsumers * 32, k = item_k(L);
-          if (L < per_row && k < K) add(m, __ldg(reinterpret_cast<const float4*>(x + m * ldx + k)));
-        }
+  // The wide form's staging: chunk i % n_chunks of x into buffer b, by
+  // cp.async (a load's latency would stall every stage). Resident (xbufs ==
+  // n_chunks): every chunk once, at the start; else two buffers, the next
+  // stage's chunk copied while this one's is used.
+  const bool resident = xbufs >= n_chunks;
+  auto stage_x = [&](int i) {
+    const int c = i % n_chunks, b = resident ? c : (i & 1), k = c * KC + kt;
+    const bool ok = k < K;
+    for (int m = 0; m < M; ++m) {
+      float* d = xs + (size_t(b) * M + m) * KC + kt;
+      const float* src = x + m * ldx + (ok ? k : 0);
+      cp_async16(d, src, ok);
+      cp_async16(d + 4, src + 4, ok);
     }
-#pragma unroll
-    for (int m = 0; m < 8; ++m) {
-      const float s = warp_sum(ss[m]);
-      if (lane == 0) rn[warp * 8 + m] = s;
-    }
-    asm volatile("bar.sync 1, %0;" ::"n"(kStreamConsumers * 32) : "memory");
-    if (has_row) inv = inv_of(gq);
-  }
-  // Each row's 1 / rms once (XSPLIT's split of every row), picked by row.
-  float rinv[8];
-#pragma unroll
-  for (int m = 0; m < 8; ++m) rinv[m] = NORM && XSPLIT && m < M ? inv_of(m) : 1.f;
-  auto rinv_of = [&](int m) {
-    float r = 1.f;
-#pragma unroll
-    for (int mm = 0; mm < 8; ++mm)
-      if (mm == m) r = rinv[mm];
-    return r;
-  };
-  // This lane's x for mma j of block bb of chunk c (zeros past K and for
-  // rows past M), and with NORM the gain there.
-  auto column = [&](int c, int bb, int j) {
-    return c * KC + (warp * NB + bb) * 64 + 32 * (j >> 1) + 8 * t + 4 * (j & 1);
-  };
-  auto load_x = [&](int c, float4 (&xv)[NB][4], float4 (&gv)[NB][4]) {
-#pragma unroll
-    for (int bb = 0; bb < NB; ++bb)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int k = column(c, bb, j);
-        const bool ok = has_row && k < K;
-        xv[bb][j] = ok ? __ldg(reinterpret_cast<const float4*>(xrow + k)) : make_float4(0.f, 0.f, 0.f, 0.f);
-        if constexpr (NORM)
-          gv[bb][j] = ok ? __ldg(reinterpret_cast<const float4*>(g_norm + k)) : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-  };
-  // The mma's b0 (k = 2t, 2t + 1) and b1 (2t + 8, 2t + 9) of each part,
-  // from 4 columns of x (xv) with their gain (gv) and row's 1 / rms (rinv).
-  auto split4 = [&](float4 xv, float4 gv, float rinv, uint32_t (&b)[P][2]) {
-    float v[4] = {xv.x, xv.y, xv.z, xv.w};
     if constexpr (NORM) {
-      const float gg[4] = {gv.x, gv.y, gv.z, gv.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) v[e] = __fmul_rn(gg[e], __fmul_rn(v[e], rinv));  // never contracted into v - hi
+      const float* src = g_norm + (ok ? k : 0);
+      cp_async16(gs + size_t(b) * KC + kt, src, ok);
+      cp_async16(gs + size_t(b) * KC + kt + 4, src + 4, ok);
     }
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-      uint16_t h[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        h[e] = f32_to_half<F16>(p == 0 ? v[e] : v[e] * kLoScale);
-        if (p == 0) v[e] -= half_to_f32<F16>(h[e]);
-      }
-      b[p][0] = uint32_t(h[0]) | (uint32_t(h[1]) << 16);
-      b[p][1] = uint32_t(h[2]) | (uint32_t(h[3]) << 16);
-    }
+    cp_async_commit();
   };
-  auto split = [&](const float4 (&xv)[NB][4], const float4 (&gv)[NB][4], uint32_t (&b)[NB][4][P][2]) {
-#pragma unroll
-    for (int bb = 0; bb < NB; ++bb)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) split4(xv[bb][j], gv[bb][j], inv, b[bb][j]);
-  };
-  const int lanes_x = 4 * M;  // XSPLIT: lanes holding rows
-  auto store_split = [&](int m, int L, float4 xv, float rinv) {
-    const int k = item_k(L);
-    float4 gv = make_float4(0.f, 0.f, 0.f, 0.f);
-    if constexpr (NORM)
-      if (k < K) gv = __ldg(reinterpret_cast<const float4*>(g_norm + k));
-    uint32_t b[P][2];
-    split4(xv, gv, rinv, b);
-    const int kb = L / 16, j = L % 16 / 4, tt = L % 4;
-#pragma unroll
-    for (int p = 0; p < P; ++p) xsp[((kb * 4 + j) * P + p) * lanes_x + m * 4 + tt] = make_uint2(b[p][0], b[p][1]);
-  };
-  if (hold) {
-#pragma unroll
-    for (int q = 0; q < kHold; ++q)
-      if (q < held) {
-        const int m = q / n_i, L = int(threadIdx.x) + (q - m * n_i) * kStreamConsumers * 32;
-        if (L < per_row) store_split(m, L, xh[q], rinv_of(m));
-      }
-    asm volatile("bar.sync 1, %0;" ::"n"(kStreamConsumers * 32) : "memory");
-  } else if constexpr (XSPLIT) {  // more items than kHold: kBatch loads at a time
-    constexpr int kBatch = 8;
-    for (int q0 = 0; q0 < held; q0 += kBatch) {
-      float4 xv[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int q = q0 + u, m = q / n_i, L = int(threadIdx.x) + (q - m * n_i) * kStreamConsumers * 32;
-        const int k = item_k(L);
-        xv[u] = q < held && L < per_row && k < K ? __ldg(reinterpret_cast<const float4*>(x + m * ldx + k))
-                                                 : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int q = q0 + u, m = q / n_i, L = int(threadIdx.x) + (q - m * n_i) * kStreamConsumers * 32;
-        if (q < held && L < per_row) store_split(m, L, xv[u], rinv_of(m));
-      }
-    }
-    asm volatile("bar.sync 1, %0;" ::"n"(kStreamConsumers * 32) : "memory");
+  if constexpr (!kXReg) {
+    if (resident)
+      for (int c = 0; c < n_chunks; ++c) stage_x(c);
+    else
+      stage_x(0);
   }
-  const bool odd = (gq & 1) != 0;
-  float acc[TILES][P][4];  // a chain for each part of x
+  float inv[MR];  // NORM: 1 / rms of each row of x
+  if constexpr (NORM && !kXReg) {
+    // As below, the squares summed in the same order (chunks, then columns;
+    // the register form's zeros past K add nothing). A chunk's loads for
+    // every row are issued together.
+    float* rn = red + 2 * kStreamConsumers * R * MR;
+    float ss[MR];
 #pragma unroll
-  for (int i2 = 0; i2 < TILES; ++i2)
+    for (int m = 0; m < MR; ++m) ss[m] = 0.f;
+    if (resident) cp_async_wait<0>();  // then x is read from shared memory
+    for (int c = 0; c < n_chunks; ++c) {
+      float v[MR][8];
 #pragma unroll
-    for (int p = 0; p < P; ++p) acc[i2][p][0] = acc[i2][p][1] = acc[i2][p][2] = acc[i2][p][3] = 0.f;
-  float4 xv[NB][4], gv[NB][4];
-  if (!XSPLIT) load_x(0, xv, gv);
+      for (int m = 0; m < MR; ++m) {
+        const int k = c * KC + kt;
+        if (resident && m < M && k < K) {
+          const float* p = xs + (size_t(c) * M + m) * KC + kt;
+          const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+          v[m][0] = a.x, v[m][1] = a.y, v[m][2] = a.z, v[m][3] = a.w;
+          v[m][4] = b.x, v[m][5] = b.y, v[m][6] = b.z, v[m][7] = b.w;
+        } else {
+          load_x(c, m, v[m]);
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < MR; ++m)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ss[m] += v[m][e] * v[m][e];
+    }
+#pragma unroll
+    for (int m = 0; m < MR; ++m) {
+      const float t = warp_sum(ss[m]);
+      if (lane == 0) rn[warp * MR + m] = t;
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(kStreamConsumers * 32) : "memory");
+#pragma unroll
+    for (int m = 0; m < MR; ++m) {
+      float ss = 0.f;
+      for (int q = 0; q < kStreamConsumers; ++q) ss += rn[q * MR + m];
+      inv[m] = 1.0f / sqrtf(ss / float(K) + eps);
+    }
+  }
+  if constexpr (NORM && kXReg) {
+    // x * rsqrt(mean(x^2) + eps) * g, the sum of squares over all of x: warp
+    // sums, then the warps' in order.
+    float* rn = red + 2 * kStreamConsumers * R * MR;
+#pragma unroll
+    for (int m = 0; m < MR; ++m) {
+      float ss = 0.f;
+#pragma unroll
+      for (int c = 0; c < MAXC; ++c)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ss += xr[c][m][e] * xr[c][m][e];
+      ss = warp_sum(ss);
+      if (lane == 0) rn[warp * MR + m] = ss;
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(kStreamConsumers * 32) : "memory");
+#pragma unroll
+    for (int m = 0; m < MR; ++m) {
+      float ss = 0.f;
+      for (int q = 0; q < kStreamConsumers; ++q) ss += rn[q * MR + m];
+      inv[m] = 1.0f / sqrtf(ss / float(K) + eps);
+    }
+#pragma unroll
+    for (int c = 0; c < MAXC; ++c) {
+      const int k = c * KC + kt;
+      if (k >= K) continue;
+      const float4 g0 = __ldg(reinterpret_cast<const float4*>(g_norm + k));
+      const float4 g1 = __ldg(reinterpret_cast<const float4*>(g_norm + k + 4));
+      const float gv[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+      for (int m = 0; m < MR; ++m)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) xr[c][m][e] = gv[e] * (xr[c][m][e] * inv[m]);
+    }
+  }
+  float* stash = red + 2 * kStreamConsumers * R * MR + kStreamConsumers * MR;  // SwiGLU: [n_units][MR]
   int slot = 0;
   uint32_t phase = 0;
-  for (int i = 0; i < n_stages; ++i) {
-    const int c = i % n_chunks, gi = i / n_chunks;
-    const int u0 = group_unit(gi), rows = min(R, n_units - u0);
-    uint32_t b[NB][4][P][2];
-    if constexpr (XSPLIT) {  // x's fragments first: they do not wait for the ring
+  for (int g = 0; g < n_groups; ++g) {
+    const int u0 = group_unit(g), rows = min(R, n_units - u0);
+    float old[kOuts];  // Accumulate: y's values before this kernel, loaded early
 #pragma unroll
-      for (int bb = 0; bb < NB; ++bb) {
-        const int kb = c * (KC / 64) + warp * NB + bb;
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-          for (int p = 0; p < P; ++p) {
-            const uint2 v = has_row && kb < nkb ? xsp[((kb * 4 + j) * P + p) * lanes_x + lane] : make_uint2(0u, 0u);
-            b[bb][j][p][0] = v.x, b[bb][j][p][1] = v.y;
-          }
+    for (int j = 0; j < kOuts; ++j) {
+      old[j] = 0.f;
+      if constexpr (EPI == StreamEpi::Accumulate) {
+        const int o = lane + 32 * j, r = o / MR, m = o % MR;
+        if (warp == 0 && o < R * MR && r < rows && m < M) old[j] = y[int64_t(m) * ldy + unit_of(u0 + r)];
       }
-      mbar_wait(&full[slot], phase);
+    }
+    float acc[R][MR];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < MR; ++m) acc[r][m] = 0.f;
+    // Each thread releases its own reads, at once (run_stream always says
+    // so) or after its warp's; see release_at_once above.
+    auto release = [&] {
+      if (release_at_once) {
+        mbar_arrive(&empty[slot]);
+      } else {
+        __syncwarp();
+        mbar_arrive(&empty[slot]);
+      }
+      if (++slot == slots) slot = 0, phase ^= 1u;
+    };
+    if constexpr (kXReg) {
+#pragma unroll
+      for (int c = 0; c < MAXC; ++c) {
+        if (c >= n_chunks) break;
+        mbar_wait(&full[slot], phase);
+        if (c * KC + kt < K) {
+          const uint16_t* st = ring + size_t(slot) * R * KC + kt;
+          float wf[R][8];
+#pragma unroll
+          for (int r = 0; r < R; ++r) unpack8<F16>(*reinterpret_cast<const uint4*>(st + r * KC), wf[r]);
+#pragma unroll
+          for (int m = 0; m < MR; ++m) {
+            if (MR > 2 && m >= M) break;
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[r][m] += dot8(xr[c][m], wf[r]);
+          }
+        }
+        release();
+      }
     } else {
-      split(xv, gv, b);
-      if (i + 1 < n_stages) load_x((i + 1) % n_chunks, xv, gv);
-      mbar_wait(&full[slot], phase);
-    }
-    const uint16_t* st = ring + size_t(slot) * R * KC;
+      for (int c = 0; c < n_chunks; ++c) {
+        const int i = g * n_chunks + c, k = c * KC + kt, b = resident ? c : (i & 1);
+        if (!resident) {
+          if (i + 1 < n_stages)
+            stage_x(i + 1);
+          else
+            cp_async_commit();  // an empty group keeps the count
+          cp_async_wait<1>();
+        } else if (i == 0) {
+          cp_async_wait<0>();
+        }
+        auto from_smem = [](const float* p, float (&v)[8]) {
+          const float4 a = *reinterpret_cast<const float4*>(p), bb = *reinterpret_cast<const float4*>(p + 4);
+          v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = bb.x, v[5] = bb.y, v[6] = bb.z, v[7] = bb.w;
+        };
+        float gv[8];
+        if constexpr (NORM)
+          if (k < K) from_smem(gs + size_t(b) * KC + kt, gv);
+        mbar_wait(&full[slot], phase);
+        if (k < K) {
+          const uint16_t* st = ring + size_t(slot) * R * KC + kt;
+          float wf[R][8];
 #pragma unroll
-    for (int bb = 0; bb < NB; ++bb) {
-      const int col = (warp * NB + bb) * 64 + 8 * t;
-      const bool lo_ok = c * KC + col < K, hi_ok = c * KC + col + 32 < K;  // K % 8 == 0: 8 columns in or out
+          for (int r = 0; r < R; ++r) unpack8<F16>(*reinterpret_cast<const uint4*>(st + r * KC), wf[r]);
 #pragma unroll
-      for (int i2 = 0; i2 < TILES; ++i2) {
-        if (i2 * 16 >= rows) continue;
-        uint32_t q[2][2][4];  // [row g, g + 8][half][word]
+          for (int m = 0; m < MR; ++m) {
+            if (m >= M) break;
+            float xv[8];
+            from_smem(xs + (size_t(b) * M + m) * KC + kt, xv);
+            if constexpr (NORM)
 #pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-          const uint16_t* row = st + size_t(i2 * 16 + gq + 8 * rr) * KC + col;
-          const uint4 first = *reinterpret_cast<const uint4*>(row + (odd ? 32 : 0));
-          const uint4 second = *reinterpret_cast<const uint4*>(row + (odd ? 0 : 32));
-          const uint32_t f[4] = {first.x, first.y, first.z, first.w}, s[4] = {second.x, second.y, second.z, second.w};
+              for (int e = 0; e < 8; ++e) xv[e] = gv[e] * (xv[e] * inv[m]);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            q[rr][0][e] = lo_ok ? (odd ? s[e] : f[e]) : 0u;
-            q[rr][1][e] = hi_ok ? (odd ? f[e] : s[e]) : 0u;
+            for (int r = 0; r < R; ++r) acc[r][m] += dot8(xv, wf[r]);
           }
         }
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const uint32_t a[4] = {q[0][j >> 1][2 * (j & 1)], q[1][j >> 1][2 * (j & 1)], q[0][j >> 1][2 * (j & 1) + 1],
-                                 q[1][j >> 1][2 * (j & 1) + 1]};
-#pragma unroll
-          for (int p = 0; p < P; ++p) mma_16816<F16>(acc[i2][p], a, b[bb][j][p][0], b[bb][j][p][1]);
-        }
+        release();
       }
     }
-    mbar_arrive(&empty[slot]);
-    if (++slot == slots) slot = 0, phase ^= 1u;
-    if (c != n_chunks - 1) continue;
-    // The group's end. red alternates between two halves, so a half is
-    // rewritten only after the next barrier, which every thread reaches
-    // after reading it.
-    float* half = red + size_t(gi & 1) * kStreamConsumers * R * 8;
-    float* mine = half + size_t(warp) * R * 8;
+    // The group's end: warp sums, then warp 0 adds the warps' in order. red
+    // alternates between two halves, so a half is rewritten only after the
+    // next barrier, which warp 0 reaches after reading it.
+    float* rg = red + (g & 1) * kStreamConsumers * R * MR;
+    {
+      // Output o = r * MR + m, by warp_sums in parts of up to 32.
+      constexpr int V = R * MR, P = pow2_at_least(V < 32 ? V : 32), per = 32 / P;
 #pragma unroll
-    for (int i2 = 0; i2 < TILES; ++i2) {
-      if (i2 * 16 < rows) {
-        const int r = i2 * 16 + gq;
-        float v[4];
+      for (int o0 = 0; o0 < V; o0 += P) {
+        float v[P];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) v[e] = acc[i2][0][e] + acc[i2][1][e] * (1.0f / kLoScale);
-        mine[r * 8 + 2 * t] = v[0];
-        mine[r * 8 + 2 * t + 1] = v[1];
-        mine[(r + 8) * 8 + 2 * t] = v[2];
-        mine[(r + 8) * 8 + 2 * t + 1] = v[3];
+        for (int i = 0; i < P; ++i) v[i] = o0 + i < V ? acc[(o0 + i) / MR][(o0 + i) % MR] : 0.f;
+        const float sum = warp_sums<P>(v, lane);
+        const int o = o0 + lane / per;
+        if (lane % per == 0 && o < V) rg[warp * V + o] = sum;
       }
-#pragma unroll
-      for (int p = 0; p < P; ++p) acc[i2][p][0] = acc[i2][p][1] = acc[i2][p][2] = acc[i2][p][3] = 0.f;
     }
-    const int o = int(threadIdx.x), r = o % R, m = o / R;  // R * 8 <= 256 outputs a group
-    const bool out = m < M && r < rows;
-    const int64_t at = int64_t(m) * ldy + unit_of(u0 + r);
-    float old = 0.f;  // Accumulate: y's value before this kernel, loaded before the barrier
-    if constexpr (EPI == StreamEpi::Accumulate)
-      if (out) old = y[at];
     asm volatile("bar.sync 1, %0;" ::"n"(kStreamConsumers * 32) : "memory");
-    if (!out) continue;
-    float sum = 0.f;
-    for (int q = 0; q < kStreamConsumers; ++q) sum += half[size_t(q) * R * 8 + r * 8 + m];
-    if constexpr (swiglu) {  // the same thread (r, m) stashes the gate and later reads it
-      float& gate = stash[(u0 + r) * 8 + m];
-      if (gi < n_phase)
-        gate = sum;
-      else
-        y[at] = silu_mul(gate, sum);
-    } else if constexpr (EPI == StreamEpi::Accumulate) {
-      y[at] = old + sum;
-      if (y2 != nullptr) y2[at] = sum;
-    } else {
-      y[at] = sum;
+    if (warp == 0) {
+#pragma unroll
+      for (int j = 0; j < kOuts; ++j) {
+        const int o = lane + 32 * j, r = o / MR, m = o % MR;
+        if (o >= R * MR || r >= rows || m >= M) continue;
+        float sum = 0.f;
+        for (int q = 0; q < kStreamConsumers; ++q) sum += rg[q * R * MR + o];
+        const int64_t at = int64_t(m) * ldy + unit_of(u0 + r);
+        if constexpr (swiglu) {  // the same lane (r, m) stashes the gate and later reads it
+          float& gate = stash[(u0 + r) * MR + m];
+          if (g < n_phase)
+            gate = sum;
+          else
+            y[at] = silu_mul(gate, sum);
+        } else if constexpr (EPI == StreamEpi::Accumulate) {
+          y[at] = old[j] + sum;
+          if (y2 != nullptr) y2[at] = sum;
+        } else {
+          y[at] = sum;
+        }
+      }
     }
   }
 }
@@ -611,57 +598,95 @@ struct SkinnyPlan {
 // Warp tiles an SM below which plan_skinny splits K.
 constexpr int kSplitBelow = 4;
 
-// The stream kernel for M <= 8, any K % 8 == 0.
+// The stream kernel for M <= 8 (MR = 1, 2, 4, 5 or 8) and K <= kStreamMaxChunks
+// stages' columns: as many stages as the ring holds.
 struct StreamLaunch {
   const StreamGemv& q;
-  int tiles, slots, grid;
+  int slots, grid;
   int stash_units;  // SwiGLU: the most units (output columns) a block takes
-  bool xsplit;
+  int xbufs;        // M > 2: chunks of x staged in shared memory (0: x in registers)
 };
 
-template <bool F16, StreamEpi EPI, bool NORM, int TILES, bool XSPLIT>
+// M > 2: the bytes of x (and the norm's gain) staged in shared memory.
+size_t stream_x_bytes(const StreamGemv& q, int xbufs) {
+  return size_t(xbufs) * size_t(q.M + (q.norm ? 1 : 0)) * kStreamK * sizeof(float);
+}
+
+template <int MR, int MAXC, bool F16, StreamEpi EPI, bool NORM>
 void launch_stream(const StreamLaunch& l, Stream s) {
-  const size_t smem = size_t(l.slots) * stream_stage_bytes(TILES) + (XSPLIT ? stream_xsplit_bytes(l.q.M, l.q.K) : 0) +
-                      stream_header_bytes(TILES, l.slots, l.stash_units);
-  auto kernel = stream_kernel<F16, EPI, NORM, TILES, XSPLIT>;
+  constexpr int rows = stream_rows(MAXC > 1);
+  const size_t smem = size_t(l.slots) * stream_stage_bytes(rows) + stream_x_bytes(l.q, l.xbufs) +
+                     stream_header_bytes<MR>(rows, l.slots, l.stash_units);
+  auto kernel = stream_kernel<MR, MAXC, F16, EPI, NORM>;
   static size_t granted = 0;  // per instantiation: the dynamic smem the attribute allows
   if (smem > granted) {
     AUGUR_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     granted = smem;
   }
   const StreamGemv& q = l.q;
-  launch(q.name, kernel, dim3(unsigned(l.grid)), dim3(kStreamThreads), smem, s, q.x, int(q.M), int(q.K), q.ldx,
-         reinterpret_cast<const uint16_t*>(q.w), int(q.N), q.y, q.ldy, l.slots, q.g, q.eps, q.y2);
+  launch(q.name, kernel, dim3(unsigned(l.grid)), dim3(kStreamThreads), smem, s, q.x, int(q.M), int(q.K),
+         q.ldx, reinterpret_cast<const uint16_t*>(q.w), int(q.N), q.y, q.ldy, l.slots, true, q.g, q.eps, q.y2,
+         l.xbufs);
 }
 
-template <bool F16, StreamEpi EPI, bool NORM>
+template <int MR, bool F16, StreamEpi EPI, bool NORM>
 void launch_stream(const StreamLaunch& l, Stream s) {
-  if (l.xsplit) {
-    if (l.tiles == 1)
-      launch_stream<F16, EPI, NORM, 1, true>(l, s);
-    else
-      launch_stream<F16, EPI, NORM, 2, true>(l, s);
-  } else if (l.tiles == 1)
-    launch_stream<F16, EPI, NORM, 1, false>(l, s);
+  const int64_t chunks = ceil_div(l.q.K, int64_t(kStreamK));
+  if constexpr (MR > 2) {  // x in registers up to two chunks (stream_x_in_registers), else in smem for every K
+    if constexpr (stream_x_in_registers(MR, 2)) {
+      if (l.xbufs == 0) return launch_stream<MR, 2, F16, EPI, NORM>(l, s);
+    }
+    launch_stream<MR, 1, F16, EPI, NORM>(l, s);
+  } else if (chunks <= 2)
+    launch_stream<MR, 2, F16, EPI, NORM>(l, s);
+  else if (chunks <= 3)
+    launch_stream<MR, 3, F16, EPI, NORM>(l, s);
+  else if (chunks <= 6)
+    launch_stream<MR, 6, F16, EPI, NORM>(l, s);
   else
-    launch_stream<F16, EPI, NORM, 2, false>(l, s);
+    launch_stream<MR, kStreamMaxChunks, F16, EPI, NORM>(l, s);
 }
 
 // The combinations the engine uses: plain, Accumulate (o, down), norm +
 // SwiGLU (gate/up), norm + Store (the next projection).
-template <bool F16>
+template <int MR, bool F16>
 void launch_stream(const StreamLaunch& l, Stream s) {
   const StreamGemv& q = l.q;
   if (q.epi == StreamEpi::SwiGLU && q.norm)
-    launch_stream<F16, StreamEpi::SwiGLU, true>(l, s);
+    launch_stream<MR, F16, StreamEpi::SwiGLU, true>(l, s);
   else if (q.epi == StreamEpi::Store && q.norm)
-    launch_stream<F16, StreamEpi::Store, true>(l, s);
+    launch_stream<MR, F16, StreamEpi::Store, true>(l, s);
   else if (q.epi == StreamEpi::Accumulate && !q.norm)
-    launch_stream<F16, StreamEpi::Accumulate, false>(l, s);
+    launch_stream<MR, F16, StreamEpi::Accumulate, false>(l, s);
   else if (q.epi == StreamEpi::Store && !q.norm)
-    launch_stream<F16, StreamEpi::Store, false>(l, s);
+    launch_stream<MR, F16, StreamEpi::Store, false>(l, s);
   else
     fail("[cuda] stream GEMV: this combination of norm and output is not built");
+}
+
+template <int MR>
+void run_stream(const StreamGemv& q, Stream s, int sm_count) {
+  const int64_t chunks = ceil_div(q.K, int64_t(kStreamK));
+  const bool x_reg = stream_x_in_registers(MR, chunks);
+  const int rows = stream_rows(x_reg);
+  const size_t stage = stream_stage_bytes(rows);
+  const bool swiglu = q.epi == StreamEpi::SwiGLU;
+  const int64_t units = swiglu ? q.N / 2 : q.N;
+  const int grid = int(std::min<int64_t>(sm_count, units));
+  const int stash = swiglu ? int(ceil_div(units, int64_t(grid))) : 0;
+  // x not in registers: resident in shared memory where it fits in
+  // kStreamXResident, else two chunks of it in turn.
+  int xbufs = 0;
+  if (!x_reg) xbufs = stream_x_bytes(q, int(chunks)) <= kStreamXResident ? int(chunks) : 2;
+  // The ring gives way to a large stash (few SMs, wide SwiGLU) and to x.
+  const size_t header = stream_header_bytes<MR>(rows, 16, stash) + stream_x_bytes(q, xbufs);
+  const int ring_kb = std::clamp(q.ring_kb, 32, 224);
+  const int slots = std::min(std::max(2, int(size_t(ring_kb) * 1024 / stage)),
+                             int((size_t(kStreamMaxSmem) - std::min(header, size_t(kStreamMaxSmem))) / stage));
+  if (slots < 2)
+    fail("[cuda] stream GEMV: M ", q.M, ", K ", q.K, ", N ", q.N, " on ", grid, " SMs needs too much shared memory");
+  const StreamLaunch l{q, slots, grid, stash, xbufs};
+  q.wt == Half::F16 ? launch_stream<MR, true>(l, s) : launch_stream<MR, false>(l, s);
 }
 
 // Checks and launches one stream GEMV (StreamGemv in detail.h).
@@ -670,37 +695,17 @@ void run_stream(const StreamGemv& q, Stream s, int sm_count) {
   if (!detail::stream_gemv_fits(q.M, q.K, q.N, swiglu) || q.ldx % 4 != 0 || !aligned16(q.x) || !aligned16(q.w) ||
       (q.norm && (q.g == nullptr || !aligned16(q.g))))
     fail("[cuda] stream GEMV: M ", q.M, ", K ", q.K, ", N ", q.N, ", ldx ", q.ldx,
-         " (M <= 8, K % 8 == 0, 16-byte aligned x, w and gain; SwiGLU: N % 2 == 0)");
-  const int64_t units = swiglu ? q.N / 2 : q.N;
-  const int grid = int(std::min<int64_t>(sm_count, units));
-  const int stash = swiglu ? int(ceil_div(units, int64_t(grid))) : 0;
-  // Slots of the ring: what ring_kb asks for, at least two, as far as the
-  // header leaves room; where two 64 KB stages do not fit (a large SwiGLU
-  // stash on few SMs), 32 KB ones.
-  const int ring_kb = std::clamp(q.ring_kb, 32, 224);
-  auto slots_for = [&](int tiles, size_t x_bytes) {
-    const size_t stage = stream_stage_bytes(tiles), header = stream_header_bytes(tiles, 16, stash) + x_bytes;
-    return std::min(std::max(2, int(size_t(ring_kb) * 1024 / stage)),
-                    int((size_t(kStreamMaxSmem) - std::min(header, size_t(kStreamMaxSmem))) / stage));
-  };
-  // x split once a block where it fits beside three 16-row stages, in 16-row stages
-  // (with the split out of the stage loop a stage's fixed cost is small, and
-  // short matrices waste less of their last stage); else split each stage,
-  // in 32-row stages (fewer splits).
-  int tiles = q.tiles == 1 ? 1 : q.tiles == 2 ? 2 : 0;
-  int slots = !q.split_each_stage ? slots_for(tiles == 0 ? 1 : tiles, stream_xsplit_bytes(q.M, q.K)) : 0;
-  const bool use_xsplit = slots >= 3;  // two 32 KB stages under-feed an SM
-  if (use_xsplit) {
-    if (tiles == 0) tiles = 1;
-  } else {
-    if (tiles == 0) tiles = 2;
-    slots = slots_for(tiles, 0);
-    if (slots < 2 && tiles == 2) tiles = 1, slots = slots_for(1, 0);
-  }
-  if (slots < 2)
-    fail("[cuda] stream GEMV: M ", q.M, ", K ", q.K, ", N ", q.N, " on ", grid, " SMs needs too much shared memory");
-  const StreamLaunch l{q, tiles, slots, grid, stash, use_xsplit};
-  q.wt == Half::F16 ? launch_stream<true>(l, s) : launch_stream<false>(l, s);
+         " (M <= 8, K % 8 == 0 up to 18432, 16-byte aligned x, w and gain; SwiGLU: N % 2 == 0)");
+  if (q.M == 1)
+    run_stream<1>(q, s, sm_count);
+  else if (q.M == 2)
+    run_stream<2>(q, s, sm_count);
+  else if (q.M <= 4)
+    run_stream<4>(q, s, sm_count);
+  else if (q.M == 5)
+    run_stream<5>(q, s, sm_count);
+  else
+    run_stream<8>(q, s, sm_count);
 }
 
 // rows: weight rows per warp tile; tile_floats: partial floats per tile.
@@ -740,7 +745,7 @@ int skinny_splits(int64_t M, int64_t K, int64_t N) {
 }
 
 bool stream_gemv_fits(int64_t M, int64_t K, int64_t N, bool swiglu) {
-  return M >= 1 && M <= kSkinnyMaxM && K > 0 && K % 8 == 0 && K <= (int64_t(1) << 24) && N > 0 &&
+  return M >= 1 && M <= kSkinnyMaxM && K > 0 && K % 8 == 0 && K <= int64_t(kStreamMaxChunks) * kStreamK && N > 0 &&
          N < (int64_t(1) << 30) && (!swiglu || (N % 2 == 0 && N / 2 <= 65536));
 }
 
@@ -762,7 +767,7 @@ void skinny_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const half
   // rows_kernel inside the decode step), whatever M is, so that the rows of
   // a verify step take the kernel a decode step does; a chosen split (tests,
   // sweeps) asks for rows_kernel.
-  if (splits == 0 && stream_gemv_fits(M, K, N) && N >= int64_t(c.sm_count) * kStreamMinRows) {
+  if (splits == 0 && stream_gemv_fits(M, K, N) && N >= int64_t(c.sm_count) * kStreamRows) {
     StreamGemv q;
     q.x = x, q.M = M, q.K = K, q.ldx = ldx, q.w = w, q.wt = wt, q.N = N, q.y = y, q.ldy = ldy;
     run_stream(q, s, c.sm_count);
@@ -816,9 +821,8 @@ bool block_tail_fits(int64_t M, int64_t Ka, int64_t D, int64_t F, int64_t n_next
 //   act = swiglu(gate_up · rms_norm(x) * g)   (norm in, SwiGLU out)
 //   out = act · downᵀ; with next also x += out (Accumulate, y2 = out)
 //   y_next = w_next · rms_norm(x) * g_next    (norm in)
-// The last GEMV's ring is 96 KB (three 16-row stages), not 192: at decode
-// (M = 1; x's parts 16 KB at K = 4096) the next block's q/k/v projection
-// with the block's sums leaves room an SM for the fused RoPE decode attention's
+// The last GEMV's ring is 144 KB, not 160: with the next block's q/k/v
+// projection it leaves room an SM for the fused RoPE decode attention's
 // blocks (80 KB at head_dim 128) to become resident beside it and load
 // their first keys while the weights stream (attention_decode.cu).
 void block_tail(const BlockTail& t, Stream s) {
@@ -848,7 +852,7 @@ void block_tail(const BlockTail& t, Stream s) {
   detail::StreamGemv nx;
   nx.x = t.x, nx.M = t.M, nx.K = t.D, nx.ldx = t.D, nx.w = t.w_next, nx.wt = t.w_next_t, nx.N = t.n_next;
   nx.y = t.y_next, nx.ldy = t.n_next, nx.norm = true, nx.g = t.g_next, nx.eps = t.eps, nx.name = "stream_next";
-  nx.ring_kb = 96;
+  nx.ring_kb = 144;
   detail::stream_gemv(nx, s);
 }
 

@@ -38,9 +38,9 @@ void synchronize();         // waits for the stream; throws on a pending error
 
 // y[m, n] = sum_k x[m, k] * w[n, k].  x: [M, K] f32 (row stride ldx);
 // w: [N, K] bf16 contiguous; y: [M, N] f32 (row stride ldy).
-// M <= 8: a bandwidth-bound skinny kernel (f32-like products: x split into
-// two 16-bit parts; a row's result does not depend on M); larger M: tensor
-// cores (cuBLASLt on a bf16 copy of x, f32 output).
+// M <= 8: a bandwidth-bound skinny kernel (f32 products; a row's result does
+// not depend on M); larger M: tensor cores (cuBLASLt on a bf16 copy of x, f32
+// output).
 void matmul_bf16(const float* x, int64_t M, int64_t K, int64_t ldx, const bf16_bits* w, int64_t N,
                  float* y, int64_t ldy, Stream s);
 // The same for weights of either Half; on the tensor-core path x is rounded
@@ -69,7 +69,7 @@ void rms_norm(const float* x, const float* w, float eps, int64_t M, int64_t D, f
 
 // y = rms_norm(x) * g · wᵀ in one stream GEMV (the norm in its prologue), for
 // a decode step's first projection and its logits: no norm kernel, no h.
-// norm_matmul_fits: the shapes it takes (M <= 8, K % 8 == 0;
+// norm_matmul_fits: the shapes it takes (M <= 8, K % 8 == 0 up to 18432;
 // operands must be 16-byte aligned).
 // x: [M, K] f32 contiguous; g: [K] f32; w: [N, K] half; y: [M, N] f32 contiguous
 bool norm_matmul_fits(int64_t M, int64_t K, int64_t N);
@@ -109,7 +109,7 @@ struct BlockTail {
   const float* g_next = nullptr;  // [D] f32
   float* y_next = nullptr;        // [M, n_next]
 };
-// The shapes the stream GEMVs take (M <= 8; K of each a multiple of 8).
+// The shapes the stream GEMVs take (M <= 8; K of each up to 18432, a multiple of 8).
 bool block_tail_fits(int64_t M, int64_t Ka, int64_t D, int64_t F, int64_t n_next = 0);
 void block_tail(const BlockTail& t, Stream s);
 
