@@ -157,10 +157,11 @@ __global__ void __launch_bounds__(kWarps * 32)
 // columns of x again from shared memory and a stage holds 8 rows, not 4, so
 // that each x load serves twice the weights. At a group's end each warp sums
 // its R x MR outputs over its lanes (warp_sums: warp_sum's order, half the
-// values handed on at each step) and warp 0 adds the warps' in fixed order
-// (deterministic). Every output is the same
-// arithmetic in the same order whatever M is (dot8 over a thread's 8 columns,
-// chunks in order, the warp's butterfly, warps in order): a row of a verify
+// values handed on at each step) and one thread an output adds the warps' in
+// fixed order (deterministic). Every output is the same
+// arithmetic in the same order whatever M is (one fmaf chain a thread over
+// its 8 columns of each chunk in order, the warp's butterfly, warps in
+// order): a row of a verify
 // step's product is bit-equal to the one-row decode step's. Each
 // consumer thread releases a slot itself: racecheck sees no order between a
 // warp's reads and the next bulk copy when only lane 0 arrives after a
@@ -201,13 +202,14 @@ constexpr size_t stream_header_bytes(int rows, int slots, int stash_units = 0) {
 }
 constexpr size_t stream_stage_bytes(int rows) { return size_t(rows) * kStreamK * sizeof(uint16_t); }
 
-// A thread's 8 columns of one row of x against one weight row: every path of
-// the stream kernel sums through here, so all contract the same way.
-__device__ __forceinline__ float dot8(const float (&x)[8], const float (&w)[8]) {
-  float sum = 0.f;
+// A thread's 8 columns of one row of x against one weight row, added into
+// its running sum: every path of the stream kernel sums through here, so all
+// round the same way (explicit fmaf, one chain: 8 instructions a row, where
+// a separate sum of 8 and an add took 9 and a verify step's 5 rows are bound
+// by the instructions issued on the H200).
+__device__ __forceinline__ void dot8_into(float& acc, const float (&x)[8], const float (&w)[8]) {
 #pragma unroll
-  for (int e = 0; e < 8; ++e) sum += x[e] * w[e];
-  return sum;
+  for (int e = 0; e < 8; ++e) acc = fmaf(x[e], w[e], acc);
 }
 
 // Sums each of N values over the warp (N a power of two, at most 32) in
@@ -241,7 +243,23 @@ __device__ __forceinline__ float warp_sums(float (&v)[N], int lane) {
   return sum;
 }
 
-constexpr int pow2_at_least(int v) { return v <= 1 ? 1 : 2 * pow2_at_least((v + 1) / 2); }
+constexpr int pow2_at_most(int v) { return v >= 32 ? 32 : v >= 16 ? 16 : v >= 8 ? 8 : v >= 4 ? 4 : v >= 2 ? 2 : 1; }
+
+// A group's end: each of a warp's V = R * MR sums (o = r * MR + m) over its
+// lanes, by warp_sums in power-of-two parts from the largest down (20 = 16 +
+// 4: 22 shuffles, where one part padded to 32 took 31), into rg[warp * V + o].
+template <int O0, int V, int R, int MR>
+__device__ __forceinline__ void group_warp_sums(const float (&acc)[R][MR], float* rg, int warp, int lane) {
+  if constexpr (O0 < V) {
+    constexpr int P = pow2_at_most(V - O0), per = 32 / P;
+    float v[P];
+#pragma unroll
+    for (int i = 0; i < P; ++i) v[i] = acc[(O0 + i) / MR][(O0 + i) % MR];
+    const float sum = warp_sums<P>(v, lane);
+    if (lane % per == 0) rg[warp * V + O0 + lane / per] = sum;
+    group_warp_sums<O0 + P, V, R, MR>(acc, rg, warp, lane);
+  }
+}
 
 // The fused ends are template parameters and plain arguments, not a struct
 // of runtime choices: that form made the plain GEMV measurably slower.
@@ -261,7 +279,6 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   // in registers.
   constexpr bool kXReg = MAXC > 1;
   constexpr int R = stream_rows(kXReg), KC = kStreamK;
-  constexpr int kOuts = (R * MR + 31) / 32;  // outputs of a group a lane of warp 0 owns
   uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
   // M > 2: x (and the norm's gain) staged by each consumer thread for its
   // own columns, xbufs chunks: [xbufs][M][KC] f32, then (NORM) [xbufs][KC].
@@ -436,15 +453,15 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   uint32_t phase = 0;
   for (int g = 0; g < n_groups; ++g) {
     const int u0 = group_unit(g), rows = min(R, n_units - u0);
-    float old[kOuts];  // Accumulate: y's values before this kernel, loaded early
-#pragma unroll
-    for (int j = 0; j < kOuts; ++j) {
-      old[j] = 0.f;
-      if constexpr (EPI == StreamEpi::Accumulate) {
-        const int o = lane + 32 * j, r = o / MR, m = o % MR;
-        if (warp == 0 && o < R * MR && r < rows && m < M) old[j] = y[int64_t(m) * ldy + unit_of(u0 + r)];
-      }
-    }
+    // Output o = r * MR + m of the group (R * MR <= 64) is added up by
+    // consumer thread (warp o % 8, lane o / 8): spread over the warps, so that
+    // no warp lags the others by the group's sums (a slot is freed by its
+    // slowest warp, and a verify step's 5 rows leave little time to spare).
+    const int o_mine = lane * kStreamConsumers + warp, r_mine = o_mine / MR, m_mine = o_mine % MR;
+    const bool out_mine = o_mine < R * MR && r_mine < rows && m_mine < M;
+    float old = 0.f;  // Accumulate: y's value before this kernel, loaded early
+    if constexpr (EPI == StreamEpi::Accumulate)
+      if (out_mine) old = y[int64_t(m_mine) * ldy + unit_of(u0 + r_mine)];
     float acc[R][MR];
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -475,7 +492,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
           for (int m = 0; m < MR; ++m) {
             if (MR > 2 && m >= M) break;
 #pragma unroll
-            for (int r = 0; r < R; ++r) acc[r][m] += dot8(xr[c][m], wf[r]);
+            for (int r = 0; r < R; ++r) dot8_into(acc[r][m], xr[c][m], wf[r]);
           }
         }
         release();
@@ -514,50 +531,34 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
 #pragma unroll
               for (int e = 0; e < 8; ++e) xv[e] = gv[e] * (xv[e] * inv[m]);
 #pragma unroll
-            for (int r = 0; r < R; ++r) acc[r][m] += dot8(xv, wf[r]);
+            for (int r = 0; r < R; ++r) dot8_into(acc[r][m], xv, wf[r]);
           }
         }
         release();
       }
     }
-    // The group's end: warp sums, then warp 0 adds the warps' in order. red
-    // alternates between two halves, so a half is rewritten only after the
-    // next barrier, which warp 0 reaches after reading it.
+    // The group's end: warp sums, then each output's thread adds the warps'
+    // in order. red alternates between two halves, so a half is rewritten
+    // only after the next barrier, which every thread reaches after reading
+    // it.
     float* rg = red + (g & 1) * kStreamConsumers * R * MR;
-    {
-      // Output o = r * MR + m, by warp_sums in parts of up to 32.
-      constexpr int V = R * MR, P = pow2_at_least(V < 32 ? V : 32), per = 32 / P;
-#pragma unroll
-      for (int o0 = 0; o0 < V; o0 += P) {
-        float v[P];
-#pragma unroll
-        for (int i = 0; i < P; ++i) v[i] = o0 + i < V ? acc[(o0 + i) / MR][(o0 + i) % MR] : 0.f;
-        const float sum = warp_sums<P>(v, lane);
-        const int o = o0 + lane / per;
-        if (lane % per == 0 && o < V) rg[warp * V + o] = sum;
-      }
-    }
+    group_warp_sums<0, R * MR, R, MR>(acc, rg, warp, lane);
     asm volatile("bar.sync 1, %0;" ::"n"(kStreamConsumers * 32) : "memory");
-    if (warp == 0) {
-#pragma unroll
-      for (int j = 0; j < kOuts; ++j) {
-        const int o = lane + 32 * j, r = o / MR, m = o % MR;
-        if (o >= R * MR || r >= rows || m >= M) continue;
-        float sum = 0.f;
-        for (int q = 0; q < kStreamConsumers; ++q) sum += rg[q * R * MR + o];
-        const int64_t at = int64_t(m) * ldy + unit_of(u0 + r);
-        if constexpr (swiglu) {  // the same lane (r, m) stashes the gate and later reads it
-          float& gate = stash[(u0 + r) * MR + m];
-          if (g < n_phase)
-            gate = sum;
-          else
-            y[at] = silu_mul(gate, sum);
-        } else if constexpr (EPI == StreamEpi::Accumulate) {
-          y[at] = old[j] + sum;
-          if (y2 != nullptr) y2[at] = sum;
-        } else {
-          y[at] = sum;
-        }
+    if (out_mine) {
+      float sum = 0.f;
+      for (int q = 0; q < kStreamConsumers; ++q) sum += rg[q * R * MR + o_mine];
+      const int64_t at = int64_t(m_mine) * ldy + unit_of(u0 + r_mine);
+      if constexpr (swiglu) {  // the same thread (r, m) stashes the gate and later reads it
+        float& gate = stash[(u0 + r_mine) * MR + m_mine];
+        if (g < n_phase)
+          gate = sum;
+        else
+          y[at] = silu_mul(gate, sum);
+      } else if constexpr (EPI == StreamEpi::Accumulate) {
+        y[at] = old + sum;
+        if (y2 != nullptr) y2[at] = sum;
+      } else {
+        y[at] = sum;
       }
     }
   }
