@@ -2,10 +2,11 @@
 // the kernels of backend/cuda on Qwen3-8B shapes, timed with CUDA events over
 // CUDA-graph replays (as decode runs), median of several replays.
 //
-//   cuda_bench [--quick | --skinny-sweep | --stream-epi [M] | --attention | --tail | --rope]
+//   cuda_bench [--quick | --skinny-sweep | --stream-epi [M] | --attention | --tail | --rope | --delta-rule]
 //
 // --stream-epi M times the stream GEMV's fused ends at M rows of x (default 1;
-// 5 is a 1 + 4 verify step's).
+// 5 is a 1 + 4 verify step's). --delta-rule times the chunked gated delta
+// rule of one Gated DeltaNet layer (a prefill's) on Qwen3.5 shapes.
 // Weights are rotated over enough copies to defeat the 60 MB L2, as a forward
 // pass reads each weight once; attention rotates over 36 layers' caches.
 #include <cuda_runtime.h>
@@ -391,6 +392,50 @@ void rope_attention_sweep() {
   std::printf("\n");
 }
 
+// An affine map of fill_f32's values onto [lo, hi).
+__global__ void to_range(float* p, size_t n, float lo, float hi) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    p[i] = lo + (hi - lo) * 0.5f * (p[i] + 1.0f);
+}
+void rand_range(float* p, size_t n, uint32_t seed, float lo, float hi) {
+  rand_f32(p, n, seed);
+  to_range<<<2048, 256>>>(p, n, lo, hi);
+  check(cudaDeviceSynchronize(), "to_range");
+}
+
+// One layer's chunked delta rule over a prompt of T tokens (one row, chunks
+// of 64), as a prefill runs it: time and the tokens a second it allows.
+void delta_rule_sweep() {
+  struct DeltaShape {
+    const char* name;
+    int64_t n_head_k, n_head, dk, dv;
+  };
+  const DeltaShape shapes[] = {{"7B hybrid (16 k / 32 v heads)", 16, 32, 128, 128},
+                               {"Qwen3.5-27B (16 k / 48 v heads)", 16, 48, 128, 128}};
+  std::printf("== chunked gated delta rule, one layer, one row, chunks of 64 ==\n");
+  std::printf("%-34s %6s %10s %12s\n", "shape", "T", "us", "tok/s");
+  for (const DeltaShape& sh : shapes)
+    for (int64_t T : {2048, 16384}) {
+      Buf<float> q(size_t(T * sh.n_head_k * sh.dk)), k(q.n), v(size_t(T * sh.n_head * sh.dv)), out(v.n);
+      Buf<float> g(size_t(T * sh.n_head)), beta(g.n), state(size_t(sh.n_head * sh.dk * sh.dv));
+      rand_range(q.p, q.n, 1, -0.09f, 0.09f);  // about unit rows, as after the l2norm
+      rand_range(k.p, k.n, 2, -0.09f, 0.09f);
+      rand_f32(v.p, v.n, 3);
+      rand_range(g.p, g.n, 4, -0.2f, -0.001f);
+      rand_range(beta.p, beta.n, 5, 0.05f, 0.95f);
+      rand_range(state.p, state.n, 6, -0.1f, 0.1f);
+      Buf<augur::cuda::RecurrentRow> row(1);
+      const augur::cuda::RecurrentRow host{0, int32_t(T), 0};
+      check(cudaMemcpy(row.p, &host, sizeof host, cudaMemcpyHostToDevice), "row");
+      const augur::cuda::DeltaRuleDims dims{sh.n_head_k, sh.n_head, sh.dk, sh.dv};
+      const double ms = time_graph([&](Stream s) {
+        augur::cuda::gated_delta_rule_chunked(q.p, k.p, v.p, g.p, beta.p, 0.088f, 64, dims, row.p, 1, T, state.p,
+                                              out.p, s);
+      });
+      std::printf("%-34s %6lld %10.1f %12.0f\n", sh.name, (long long)T, ms * 1e3, double(T) / (ms * 1e-3));
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -418,6 +463,10 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::strcmp(argv[1], "--rope") == 0) {
     rope_attention_sweep();
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--delta-rule") == 0) {
+    delta_rule_sweep();
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--tail") == 0) {

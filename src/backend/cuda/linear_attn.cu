@@ -298,50 +298,66 @@ __global__ void __launch_bounds__(kCols* kNs) gdr_recurrent_kernel(
 static_assert(kNs == 4, "the shuffles above reduce over 4 lanes");
 
 // ---- The gated delta rule, chunked form ---------------------------------------
-// Two kernels, the UT transform as flash-linear-attention computes it.
+// Two kernels, the UT transform as flash-linear-attention computes it, their
+// products on tensor cores.
 // gdr_chunk_prep_kernel takes every chunk of every row and head at once and
 // computes all that does not depend on the state: the cumulative log-decay
-// gc, A[i][j] = beta_i (k_i·k_j) exp(gc_i - gc_j) (j < i), the solves
-// (I + A) U = beta v and (I + A) W = beta exp(gc) k by forward substitution
-// (a thread a column), QK[i][j] = (q_i·k_j) exp(gc_i - gc_j) (j <= i), and
-// from them
+// gc, A[i][j] = beta_i (k_i·k_j) exp(gc_i - gc_j) (j < i),
+// QK[i][j] = (q_i·k_j) exp(gc_i - gc_j) (j <= i), T = (I + A)^-1, and
+//   [U | W] = T [beta v | beta exp(gc) k],
 //   Q' = exp(gc) q - QK W,  O0 = QK U,  Kd = k exp(gc_last - gc),
 // so that, with v_new = U - W S, the chunk's outputs and next state are
 //   out = exp(gc) (q S) + QK v_new = Q' S + O0
 //   S  <- exp(gc_last) S + Kdᵀ v_new
 // (the CPU op's form, regrouped). gdr_chunk_scan_kernel, one block per (row,
 // value head, 32 state columns), walks a row's chunks in order and does only
-// the two products with the state: [Q'; W] S (2C x dk by dk x 32), then
-// Kdᵀ v_new (dk x C by C x 32), each thread a 4 x 4 tile of the output in
-// registers, operands read as float4 from shared memory (two 16-byte loads
-// for 16 FMAs). Why this split: the state recurrence is the only sequential
-// part; a scan that also built A and QK and substituted, chunk after chunk,
-// spent 416 of the 650 ms of a 2048-token prefill of the Qwen3.5-27B shape on
-// the H200, and one with scalar shared-memory operands 204 of 462.
+// the two products with the state, [Q'; W] S (2C x dk by dk x 32) and
+// Kdᵀ v_new (dk x C by C x 32); the next chunk's [Q'; W]ᵀ is copied in
+// (cp.async) while the state update runs.
+// Every product is mma.m16n8k8 on tf32 operands split in two (x = hi + lo,
+// both tf32; hi·hi + hi·lo + lo·hi), which errs by ~2^-21 of a product,
+// f32-like, where a single tf32 product errs by ~2^-11; sums are f32. T is
+// solved a column per 4 threads (forward substitution on the identity, each
+// thread a quarter of each sum); everything else is a product. Why: with f32
+// FMAs on CUDA cores (a thread a column for the substitution of [U | W],
+// 4 x 4 register tiles for the products) the two kernels took 43.7 of the
+// 96 ms of a 2048-token prefill of a 7.4B Qwen3.5 hybrid on the H200; a
+// layer of that shape (2048 tokens, 32 value heads of 128 x 128) took
+// 1,825 us on the H100 against 1,102 us in this form (cuda_bench
+// --delta-rule, one call).
 // Chunks are numbered over the rows in order (row r's first is base(r), the
 // sum of ceil(n_tokens / C) before it); the call walks them in segments of
 // at most kSegmentChunks (a prep launch, then a scan launch that carries the
-// state in memory), so that scratch stays bounded: per (chunk, head) [Q'; W]ᵀ
-// [dk4][2 Cp], Kd [Cp][dk4], U and O0 [Cp][dv] (Cp, dk4: C, dk rounded up to
-// 4), ~123 KB a token a segment on the Qwen3.5 shapes.
+// state in memory), so that scratch stays bounded: per (chunk, head)
+// [Q'; W]ᵀ [dkr][2 Cp], Kd [Cp][dkr], U and O0 [Cp][dv] (Cp, dkr: C and dk
+// rounded up to 16), ~123 KB a token a segment on the Qwen3.5 shapes.
 
 constexpr int kMaxChunk = 64;
 constexpr int kChunkThreads = 256;
-constexpr int kColPitch = kChunkThreads + 1;  // the substitution's columns, read across by the write-out
-constexpr int kScanColumns = 32;              // state columns a scan block owns: 8 groups of 4
-constexpr int kSegmentChunks = 32;            // chunks a prep launch covers: 2048 tokens of 64
+constexpr int kChunkWarps = kChunkThreads / 32;
+constexpr int kScanColumns = 32;    // state columns a scan block owns: 4 tiles of 8
+constexpr int kSegmentChunks = 32;  // chunks a prep launch covers: 2048 tokens of 64
 
-__host__ __device__ constexpr int round4(int x) { return (x + 3) & ~3; }
+__host__ __device__ constexpr int round8(int x) { return (x + 7) & ~7; }
+__host__ __device__ constexpr int round16(int x) { return (x + 15) & ~15; }
+__host__ __device__ constexpr int round32(int x) { return (x + 31) & ~31; }
+// Shared-memory pitches (floats) that put a warp's fragment loads on 32
+// distinct banks. Lane (g, t) = (lane / 4, lane % 4) reads element (g, t) of
+// an operand read along its rows (A, or Bᵀ stored by rows): pitch 4 mod 8;
+// element (t, g) of one read down its columns: pitch 8 mod 16. Both keep
+// rows 16-byte aligned for cp.async.
+__host__ __device__ constexpr int pitch_rows(int n) { return round8(n) + 4; }
+__host__ __device__ constexpr int pitch_cols(int n) { return (round8(n) / 8) % 2 ? round8(n) : round8(n) + 8; }
 
 struct ChunkScratch {
-  int64_t nb, H, Cp, dk4, dv;
+  int64_t nb, H, Cp, dkr, dv;
   __host__ __device__ int64_t unit(int64_t b, int64_t h) const { return b * H + h; }
-  // [Q'; W] transposed: [dk4][2 Cp], Q' in columns [0, Cp), W in [Cp, 2 Cp).
-  __host__ __device__ int64_t at(int64_t b, int64_t h) const { return unit(b, h) * dk4 * 2 * Cp; }
-  __host__ __device__ int64_t kd(int64_t b, int64_t h) const { return nb * H * dk4 * 2 * Cp + unit(b, h) * Cp * dk4; }
-  __host__ __device__ int64_t el(int64_t b, int64_t h) const { return nb * H * dk4 * 3 * Cp + unit(b, h); }
+  // [Q'; W] transposed: [dkr][2 Cp], Q' in columns [0, Cp), W in [Cp, 2 Cp).
+  __host__ __device__ int64_t at(int64_t b, int64_t h) const { return unit(b, h) * dkr * 2 * Cp; }
+  __host__ __device__ int64_t kd(int64_t b, int64_t h) const { return nb * H * dkr * 2 * Cp + unit(b, h) * Cp * dkr; }
+  __host__ __device__ int64_t el(int64_t b, int64_t h) const { return nb * H * dkr * 3 * Cp + unit(b, h); }
   __host__ __device__ int64_t u(int64_t b, int64_t h) const {
-    return nb * H * dk4 * 3 * Cp + round4(int(nb * H)) + unit(b, h) * Cp * dv;
+    return nb * H * dkr * 3 * Cp + ((nb * H + 3) & ~int64_t(3)) + unit(b, h) * Cp * dv;
   }
   __host__ __device__ int64_t o0(int64_t b, int64_t h) const { return u(nb, 0) + unit(b, h) * Cp * dv; }
   __host__ __device__ int64_t total() const { return o0(nb, 0); }
@@ -349,35 +365,94 @@ struct ChunkScratch {
 
 __device__ __forceinline__ int chunks_of(const RecurrentRow& r, int C) { return r.n_tokens > 0 ? (r.n_tokens + C - 1) / C : 0; }
 
-// Shared memory of the prep kernel, in floats: K and scaled Q (rows padded
-// to dk + 1 against bank conflicts), the columns of [U | W] being solved
-// [C][kColPitch], A and QK [C][C], gc and beta.
-struct PrepSmem {
-  int dkp, C;
-  __host__ __device__ int64_t k() const { return 0; }
-  __host__ __device__ int64_t q() const { return k() + int64_t(C) * dkp; }
-  __host__ __device__ int64_t col() const { return q() + int64_t(C) * dkp; }
-  __host__ __device__ int64_t a() const { return col() + int64_t(C) * kColPitch; }
-  __host__ __device__ int64_t qk() const { return a() + int64_t(C) * C; }
-  __host__ __device__ int64_t gc() const { return qk() + int64_t(C) * C; }
-  __host__ __device__ int64_t beta() const { return gc() + C; }
-  __host__ __device__ int64_t total() const { return beta() + C; }
+// ---- 3 x tf32 warp products ----
+struct Tf32Pair {
+  uint32_t hi, lo;
 };
-
-// sum_{j < end} m[j] col[j * kColPitch], in four interleaved partial sums
-// (a chain of dependent FMAs a thread is what these loops wait on).
-__device__ __forceinline__ float row_dot(const float* __restrict__ m, const float* col, int end) {
-  float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-  int j = 0;
-  for (; j + 4 <= end; j += 4) {
-    s0 = fmaf(m[j], col[j * kColPitch], s0);
-    s1 = fmaf(m[j + 1], col[(j + 1) * kColPitch], s1);
-    s2 = fmaf(m[j + 2], col[(j + 2) * kColPitch], s2);
-    s3 = fmaf(m[j + 3], col[(j + 3) * kColPitch], s3);
-  }
-  for (; j < end; ++j) s0 = fmaf(m[j], col[j * kColPitch], s0);
-  return (s0 + s1) + (s2 + s3);
+__device__ __forceinline__ Tf32Pair split_tf32(float x) {
+  uint32_t hi, lo;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(x));
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(x - __uint_as_float(hi)));
+  return {hi, lo};
 }
+__device__ __forceinline__ void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+struct FragA {  // 16 x 8: (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)
+  Tf32Pair v[4];
+};
+struct FragB {  // 8 x 8: (t, g), (t + 4, g)
+  Tf32Pair v[2];
+};
+__device__ __forceinline__ int lane_g() { return (threadIdx.x & 31) >> 2; }
+__device__ __forceinline__ int lane_t() { return threadIdx.x & 3; }
+// at(m, k): the A operand's element; the tile at (m0, k0).
+template <class At>
+__device__ __forceinline__ FragA frag_a(const At& at, int m0, int k0) {
+  const int g = lane_g(), t = lane_t();
+  return {{split_tf32(at(m0 + g, k0 + t)), split_tf32(at(m0 + g + 8, k0 + t)), split_tf32(at(m0 + g, k0 + t + 4)),
+           split_tf32(at(m0 + g + 8, k0 + t + 4))}};
+}
+// at(k, n): the B operand's element; the tile at (k0, n0).
+template <class At>
+__device__ __forceinline__ FragB frag_b(const At& at, int k0, int n0) {
+  const int g = lane_g(), t = lane_t();
+  return {{split_tf32(at(k0 + t, n0 + g)), split_tf32(at(k0 + t + 4, n0 + g))}};
+}
+// d += A B as three tf32 products, the small ones first.
+__device__ __forceinline__ void mma3(float (&d)[4], const FragA& a, const FragB& b) {
+  mma_tf32(d, a.v[0].lo, a.v[1].lo, a.v[2].lo, a.v[3].lo, b.v[0].hi, b.v[1].hi);
+  mma_tf32(d, a.v[0].hi, a.v[1].hi, a.v[2].hi, a.v[3].hi, b.v[0].lo, b.v[1].lo);
+  mma_tf32(d, a.v[0].hi, a.v[1].hi, a.v[2].hi, a.v[3].hi, b.v[0].hi, b.v[1].hi);
+}
+// Accumulator element r of a 16 x 8 tile sits at (acc_row(r), acc_col(r)).
+__device__ __forceinline__ int acc_row(int r) { return lane_g() + 8 * (r >> 1); }
+__device__ __forceinline__ int acc_col(int r) { return 2 * lane_t() + (r & 1); }
+// acc[mt][nt] += A[m0 + 16 mt .. + 16, 0 .. K) B[0 .. K, n0 + 8 nt .. + 8),
+// for mt < n_mt (<= MT) and nt < NT; K a multiple of 8.
+template <int MT, int NT, class AAt, class BAt>
+__device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], const AAt& a, const BAt& b, int m0, int n_mt,
+                                         int n0, int K) {
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    FragB fb[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) fb[nt] = frag_b(b, k0, n0 + 8 * nt);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      if (mt < n_mt) {
+        const FragA fa = frag_a(a, m0 + 16 * mt, k0);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma3(acc[mt][nt], fa, fb[nt]);
+      }
+    }
+  }
+}
+
+// Shared memory of the prep kernel, in floats: K and scaled Q [Cp][pk], A
+// (then T) and QK [Cp][pc], the right-hand sides (then [U | W]) [Cp][pr],
+// gc and beta. [U | W]'s columns: U in [0, dv), W in [dvr, dvr + dk), zero
+// elsewhere up to nr, a multiple of 32 (a warp's group of columns).
+struct PrepSmem {
+  int Cp, dkr, dvr, nr;
+  __host__ __device__ PrepSmem(int C, int dk, int dv)
+      : Cp(round16(C)), dkr(round16(dk)), dvr(round8(dv)), nr(round32(round8(dv) + round16(dk))) {}
+  __host__ __device__ int pk() const { return pitch_rows(dkr); }
+  __host__ __device__ int pc() const { return pitch_rows(Cp); }
+  __host__ __device__ int pr() const { return pitch_cols(nr); }
+  __host__ __device__ int64_t k() const { return 0; }
+  __host__ __device__ int64_t q() const { return k() + int64_t(Cp) * pk(); }
+  __host__ __device__ int64_t a() const { return q() + int64_t(Cp) * pk(); }
+  __host__ __device__ int64_t qk() const { return a() + int64_t(Cp) * pc(); }
+  __host__ __device__ int64_t r() const { return qk() + int64_t(Cp) * pc(); }
+  __host__ __device__ int64_t gc() const { return r() + int64_t(Cp) * pr(); }
+  __host__ __device__ int64_t beta() const { return gc() + Cp; }
+  __host__ __device__ int64_t total() const { return beta() + Cp; }
+};
 
 // grid: (chunks of the segment, n_head); block: kChunkThreads.
 __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
@@ -397,155 +472,184 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
   const RecurrentRow row = rows[r];
   const int c0 = b * C, n = min(C, row.n_tokens - c0), h = int(blockIdx.y), hk = h / (n_head / n_head_k);
   const int64_t t0 = int64_t(row.token_begin) + c0, cb = int64_t(blockIdx.x);  // its place in the segment
-  const int Cp = int(sc.Cp), dk4 = int(sc.dk4);
-  const PrepSmem L{dk + 1, C};
-  const int dkp = L.dkp;
-  float* sK = smem + L.k();      // [C, dkp]
-  float* sQ = smem + L.q();      // [C, dkp], scaled
-  float* sCol = smem + L.col();  // [C, kColPitch]
-  float* sA = smem + L.a();      // [C, C]
-  float* sQK = smem + L.qk();    // [C, C]
+  const PrepSmem L(C, dk, dv);
+  const int Cp = L.Cp, dkr = L.dkr, dvr = L.dvr, nr = L.nr, pk = L.pk(), pc = L.pc(), pr = L.pr();
+  float* sK = smem + L.k();    // [Cp][pk]
+  float* sQ = smem + L.q();    // [Cp][pk], scaled
+  float* sA = smem + L.a();    // [Cp][pc]: A, then T
+  float* sQK = smem + L.qk();  // [Cp][pc]
+  float* sR = smem + L.r();    // [Cp][pr]: right-hand sides, then [U | W]
   float* sGc = smem + L.gc();
   float* sBeta = smem + L.beta();
-  for (int idx = threadIdx.x; idx < n * dk; idx += blockDim.x) {
-    const int i = idx / dk, a = idx % dk;
+  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  for (int idx = tid; idx < Cp * dkr; idx += kChunkThreads) {  // rows past n, columns past dk: zero
+    const int i = idx / dkr, a = idx % dkr;
+    const bool in = i < n && a < dk;
     const int64_t src = ((t0 + i) * n_head_k + hk) * dk + a;
-    sK[i * dkp + a] = k[src];
-    sQ[i * dkp + a] = q[src] * scale;
+    sK[i * pk + a] = in ? k[src] : 0.0f;
+    sQ[i * pk + a] = in ? q[src] * scale : 0.0f;
   }
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    sGc[i] = g[(t0 + i) * n_head + h];
-    sBeta[i] = beta[(t0 + i) * n_head + h];
+  for (int i = tid; i < Cp; i += kChunkThreads) {
+    sGc[i] = i < n ? g[(t0 + i) * n_head + h] : 0.0f;
+    sBeta[i] = i < n ? beta[(t0 + i) * n_head + h] : 0.0f;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {  // the cumulative log-decay, in token order
-    float cum = 0.0f;
-    for (int i = 0; i < n; ++i) {
-      cum += sGc[i];
-      sGc[i] = cum;
+  if (warp == 0) {  // the cumulative log-decay: two tokens a lane, an inclusive scan over the lanes
+    static_assert(kMaxChunk == 64, "two tokens a lane");
+    const float x0 = 2 * lane < Cp ? sGc[2 * lane] : 0.0f, x1 = 2 * lane + 1 < Cp ? sGc[2 * lane + 1] : 0.0f;
+    float s = x0 + x1;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const float y = __shfl_up_sync(0xffffffffu, s, o);
+      if (lane >= o) s += y;
     }
+    float before = __shfl_up_sync(0xffffffffu, s, 1);
+    if (lane == 0) before = 0.0f;
+    if (2 * lane < n) sGc[2 * lane] = before + x0;
+    if (2 * lane + 1 < n) sGc[2 * lane + 1] = before + x0 + x1;
   }
   __syncthreads();
-  // A (strictly lower) and QK (lower, diagonal included): thread (ti, tj)
-  // takes rows 4 ti.. and columns 4 tj.. of both, on or below the diagonal.
-  static_assert(kChunkThreads == (kMaxChunk / 4) * (kMaxChunk / 4), "a thread a 4 x 4 tile of a 64 x 64 chunk");
+  // Right-hand sides [beta v | beta exp(gc) k], zero past n and in the pads.
+  for (int idx = tid; idx < Cp * nr; idx += kChunkThreads) {
+    const int i = idx / nr, x = idx % nr;
+    float val = 0.0f;
+    if (i < n) {
+      if (x < dv)
+        val = sBeta[i] * v[((t0 + i) * n_head + h) * dv + x];
+      else if (x >= dvr && x < dvr + dk)
+        val = sBeta[i] * expf(sGc[i]) * sK[i * pk + (x - dvr)];
+    }
+    sR[i * pr + x] = val;
+  }
+  // Kd (zero past n and dk) and the decay over the chunk.
+  float* kd_out = scratch + sc.kd(cb, h);
+  for (int idx = tid; idx < Cp * dkr; idx += kChunkThreads) {
+    const int i = idx / dkr, a = idx % dkr;
+    kd_out[idx] = i < n ? sK[i * pk + a] * expf(sGc[n - 1] - sGc[i]) : 0.0f;
+  }
+  if (tid == 0) scratch[sc.el(cb, h)] = expf(sGc[n - 1]);
+  // A and QK: warp w the 16 x 32 block at rows 16 (w % 4), columns 32 (w / 4)
+  // of both (K Kᵀ and Q Kᵀ share their B fragments).
   {
-    const int i0 = 4 * (int(threadIdx.x) / (kMaxChunk / 4)), j0 = 4 * (int(threadIdx.x) % (kMaxChunk / 4));
-    if (j0 <= i0 && i0 < n) {
+    static_assert(kChunkWarps == 8 && kMaxChunk == 64, "8 warps cover a 64 x 64 chunk in 16 x 32 blocks");
+    const int m0 = 16 * (warp % 4), n0 = 32 * (warp / 4);
+    if (m0 < Cp && n0 < Cp) {
       float kk[4][4] = {}, qk[4][4] = {};
-      for (int a = 0; a < dk; ++a) {
-        float ki[4], qi[4], kj[4];
+      const auto kat = [&](int i, int a) { return sK[i * pk + a]; };
+      const auto qat = [&](int i, int a) { return sQ[i * pk + a]; };
+      const auto ktat = [&](int a, int j) { return sK[j * pk + a]; };  // Kᵀ; rows past Cp read sQ's, not kept
+      for (int k0 = 0; k0 < dkr; k0 += 8) {
+        const FragA fk = frag_a(kat, m0, k0), fq = frag_a(qat, m0, k0);
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          const FragB fb = frag_b(ktat, k0, n0 + 8 * nt);
+          mma3(kk[nt], fk, fb);
+          mma3(qk[nt], fq, fb);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int ii = min(i0 + e, n - 1), jj = min(j0 + e, n - 1);  // rows past n: any loaded row
-          ki[e] = sK[ii * dkp + a], qi[e] = sQ[ii * dkp + a], kj[e] = sK[jj * dkp + a];
-        }
-#pragma unroll
-        for (int r2 = 0; r2 < 4; ++r2)
-#pragma unroll
-          for (int c2 = 0; c2 < 4; ++c2) kk[r2][c2] = fmaf(ki[r2], kj[c2], kk[r2][c2]), qk[r2][c2] = fmaf(qi[r2], kj[c2], qk[r2][c2]);
-      }
-#pragma unroll
-      for (int r2 = 0; r2 < 4; ++r2)
-#pragma unroll
-        for (int c2 = 0; c2 < 4; ++c2) {
-          const int i = i0 + r2, j = j0 + c2;
-          if (i >= n || j > i) continue;
-          const float e = expf(sGc[i] - sGc[j]);
-          sA[i * C + j] = j < i ? sBeta[i] * kk[r2][c2] * e : 0.0f;
-          sQK[i * C + j] = qk[r2][c2] * e;
+          const int i = m0 + acc_row(e), j = n0 + 8 * nt + acc_col(e);
+          if (j >= Cp) continue;
+          const bool lower = i < n && j <= i;
+          const float d = lower ? expf(sGc[i] - sGc[j]) : 0.0f;
+          sA[i * pc + j] = j < i ? sBeta[i] * kk[nt][e] * d : 0.0f;
+          sQK[i * pc + j] = qk[nt][e] * d;
         }
     }
   }
-  // Kd (pad columns zero: they meet the state's zero pad rows), the decay
-  // over the chunk, and the pad rows of [Q'; W]ᵀ.
-  float* kd_out = scratch + sc.kd(cb, h);
-  for (int idx = threadIdx.x; idx < n * dk4; idx += blockDim.x) {
-    const int i = idx / dk4, a = idx % dk4;
-    kd_out[idx] = a < dk ? sK[i * dkp + a] * expf(sGc[n - 1] - sGc[i]) : 0.0f;
+  __syncthreads();
+  // T = (I + A)^-1 by forward substitution on the identity: column c by
+  // threads 4c .. 4c + 3, thread s holding T[j][c] for j = s mod 4 and
+  // summing those terms of each row's sum.
+  {
+    static_assert(kChunkThreads == 4 * kMaxChunk, "4 threads a column of T");
+    const int c = tid / 4, s = tid % 4;
+    float x[kMaxChunk / 4] = {};
+#pragma unroll
+    for (int i = 0; i < kMaxChunk; ++i) {
+      if (i >= Cp) break;
+      float part = 0.0f;
+#pragma unroll
+      for (int u = 0; u <= i / 4; ++u)
+        if (4 * u + s < i) part = fmaf(sA[i * pc + 4 * u + s], x[u], part);
+      part += __shfl_xor_sync(0xffffffffu, part, 1);
+      part += __shfl_xor_sync(0xffffffffu, part, 2);
+      if (s == i % 4) x[i / 4] = (i == c ? 1.0f : 0.0f) - part;
+    }
+    __syncthreads();  // every column is done reading A
+    if (c < Cp)
+#pragma unroll
+      for (int u = 0; u < kMaxChunk / 4; ++u)
+        if (4 * u + s < Cp) sA[(4 * u + s) * pc + c] = x[u];
   }
-  if (threadIdx.x == 0) scratch[sc.el(cb, h)] = expf(sGc[n - 1]);
-  float* at_out = scratch + sc.at(cb, h);  // [dk4][2 Cp]
-  for (int idx = threadIdx.x; idx < (dk4 - dk) * 2 * Cp; idx += blockDim.x) at_out[int64_t(dk) * 2 * Cp + idx] = 0.0f;
-  float* u_out = scratch + sc.u(cb, h);
-  float* o0_out = scratch + sc.o0(cb, h);
-  // Columns of [U | W] (dv + dk of them) in passes of kChunkThreads.
-  for (int x0 = 0; x0 < dv + dk; x0 += kChunkThreads) {
-    __syncthreads();  // A and QK complete; the previous pass is done with the columns
-    // Right-hand sides, beta v and beta exp(gc) k, loaded by all threads at once.
-    for (int idx = threadIdx.x; idx < n * kChunkThreads; idx += blockDim.x) {
-      const int i = idx / kChunkThreads, c = idx % kChunkThreads, x = x0 + c;
-      if (x < dv)
-        sCol[i * kColPitch + c] = sBeta[i] * v[((t0 + i) * n_head + h) * dv + x];
-      else if (x < dv + dk)
-        sCol[i * kColPitch + c] = sBeta[i] * expf(sGc[i]) * sK[i * dkp + (x - dv)];
-    }
-    __syncthreads();
-    const int x = x0 + int(threadIdx.x);
-    const bool mine = x < dv + dk;
-    float* col = sCol + threadIdx.x;
-    // Forward substitution, a thread a column: x_i = rhs_i - sum_{j < i} A_ij x_j.
-    if (mine) {
-      for (int i = 0; i < n; ++i) {
-        const float xi = col[i * kColPitch] - row_dot(sA + i * C, col, i);
-        col[i * kColPitch] = xi;
-        if (x < dv) u_out[int64_t(i) * dv + x] = xi;
-      }
-    }
-    // This pass's W columns (state rows a in [a_lo, a_hi)) to [Q'; W]ᵀ's
-    // right half, row by row (the columns' pitch keeps the reads apart);
-    // the rows a short chunk lacks, up to Cp, as zeros (the scan reads them).
-    const int a_lo = max(x0, dv) - dv, a_hi = min(x0 + kChunkThreads, dv + dk) - dv;
-    auto write_rows = [&](int half) {
-      for (int idx = threadIdx.x; idx < (a_hi - a_lo) * Cp; idx += blockDim.x) {
-        const int a = a_lo + idx / Cp, i = idx % Cp;
-        at_out[int64_t(a) * 2 * Cp + half * Cp + i] = i < n ? sCol[i * kColPitch + (a + dv - x0)] : 0.0f;
-      }
-    };
-    __syncthreads();
-    write_rows(1);
-    __syncthreads();
-    // QK times the column, from the last row up, so that Q' can replace W
-    // in place: row i reads rows j <= i only.
-    if (mine) {
-      for (int i = n - 1; i >= 0; --i) {
-        const float acc = row_dot(sQK + i * C, col, i + 1);
-        if (x < dv)
-          o0_out[int64_t(i) * dv + x] = acc;
-        else
-          col[i * kColPitch] = expf(sGc[i]) * sQ[i * dkp + (x - dv)] - acc;
-      }
-    }
-    __syncthreads();
-    write_rows(0);
+  __syncthreads();
+  // [U | W] = T R, then P = QK [U | W]: warp w owns the groups of 32 columns
+  // w, w + 8, ... A column of either product depends on that column alone, so
+  // a warp overwrites its own columns of R with [U | W] in place.
+  float* at_out = scratch + sc.at(cb, h);  // [dkr][2 Cp]
+  float* u_out = scratch + sc.u(cb, h);    // [Cp][dv]
+  float* o0_out = scratch + sc.o0(cb, h);  // [Cp][dv]
+  const int n_mt = Cp / 16;
+  const auto tat = [&](int i, int j) { return sA[i * pc + j]; };
+  const auto qkat = [&](int i, int j) { return sQK[i * pc + j]; };
+  const auto rat = [&](int j, int x) { return sR[j * pr + x]; };
+  for (int x0 = 32 * warp; x0 < nr; x0 += 32 * kChunkWarps) {
+    float acc[kMaxChunk / 16][4][4] = {};
+    warp_mma(acc, tat, rat, 0, n_mt, x0, Cp);
+    __syncwarp();  // every lane is done reading these columns of R
+#pragma unroll
+    for (int mt = 0; mt < kMaxChunk / 16; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (mt < n_mt) sR[(16 * mt + acc_row(e)) * pr + x0 + 8 * nt + acc_col(e)] = acc[mt][nt][e];
+          acc[mt][nt][e] = 0.0f;
+        }
+    __syncwarp();
+    warp_mma(acc, qkat, rat, 0, n_mt, x0, Cp);
+#pragma unroll
+    for (int mt = 0; mt < kMaxChunk / 16; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (mt >= n_mt) continue;
+          const int i = 16 * mt + acc_row(e), x = x0 + 8 * nt + acc_col(e);
+          const float uw = sR[i * pr + x];  // this lane's own element
+          if (x < dv) {
+            u_out[int64_t(i) * dv + x] = uw;
+            o0_out[int64_t(i) * dv + x] = acc[mt][nt][e];
+          } else if (x >= dvr && x < dvr + dkr) {
+            const int a = x - dvr;
+            at_out[int64_t(a) * 2 * Cp + Cp + i] = uw;
+            at_out[int64_t(a) * 2 * Cp + i] = expf(sGc[i]) * sQ[i * pk + a] - acc[mt][nt][e];
+          }
+        }
   }
 }
 
-// Shared memory of the scan kernel, in floats: the state tile [dk4][32],
-// [Q'; W]ᵀ of a chunk [dk4][2 Cp] (whose room Kd [Cp][dk4] then takes), U,
-// O0 and v_new [Cp][32].
+// Shared memory of the scan kernel, in floats: the state tile [dkr][ps],
+// [Q'; W]ᵀ of a chunk [dkr][pb], its Kd [Cp][pd] and v_new [Cp][ps].
 struct ScanSmem {
-  int dk4, Cp;
+  int Cp, dkr;
+  __host__ __device__ ScanSmem(int C, int dk) : Cp(round16(C)), dkr(round16(dk)) {}
+  __host__ __device__ int ps() const { return pitch_cols(kScanColumns); }
+  __host__ __device__ int pb() const { return pitch_cols(2 * Cp); }
+  __host__ __device__ int pd() const { return pitch_cols(dkr); }
   __host__ __device__ int64_t s() const { return 0; }
-  __host__ __device__ int64_t buf() const { return s() + int64_t(dk4) * kScanColumns; }
-  __host__ __device__ int64_t u() const { return buf() + int64_t(dk4) * 2 * Cp; }
-  __host__ __device__ int64_t o0() const { return u() + int64_t(Cp) * kScanColumns; }
-  __host__ __device__ int64_t vn() const { return o0() + int64_t(Cp) * kScanColumns; }
-  __host__ __device__ int64_t total() const { return vn() + int64_t(Cp) * kScanColumns; }
+  __host__ __device__ int64_t buf() const { return s() + int64_t(dkr) * ps(); }
+  __host__ __device__ int64_t kd() const { return buf() + int64_t(dkr) * pb(); }
+  __host__ __device__ int64_t vn() const { return kd() + int64_t(Cp) * pd(); }
+  __host__ __device__ int64_t total() const { return vn() + int64_t(Cp) * ps(); }
 };
 
-__device__ __forceinline__ void outer_acc(float (&acc)[4][4], const float4 a, const float4 b) {
-  const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-  for (int r = 0; r < 4; ++r)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) acc[r][c] = fmaf(av[r], bv[c], acc[r][c]);
-}
-
-// grid: (n_rows, n_head, ceil(dv / 32)); block: kChunkThreads, thread t owns
-// columns 4 (t % 8) + [0, 4) and row group t / 8 of each product. Chunks
+// grid: (n_rows, n_head, ceil(dv / 32)); block: kChunkThreads. Chunks
 // b0..b1 - 1 of the segment.
-__global__ void __launch_bounds__(kChunkThreads, 2) gdr_chunk_scan_kernel(
+__global__ void __launch_bounds__(kChunkThreads) gdr_chunk_scan_kernel(
     int C, int n_head, int dk, int dv, const RecurrentRow* __restrict__ rows, int b0, int b1, ChunkScratch sc,
     const float* __restrict__ scratch, float* __restrict__ state, float* __restrict__ out) {
   pdl_entry();
@@ -558,91 +662,98 @@ __global__ void __launch_bounds__(kChunkThreads, 2) gdr_chunk_scan_kernel(
   const int lo = max(0, b0 - base), hi = min(chunks_of(row, C), b1 - base);
   if (lo >= hi) return;
   const int h = blockIdx.y, col0 = blockIdx.z * kScanColumns, ncol = min(kScanColumns, dv - col0);
-  const int Cp = int(sc.Cp), dk4 = int(sc.dk4);
-  const ScanSmem L{dk4, Cp};
-  float* sS = smem + L.s();      // [dk4][32]
-  float* sBuf = smem + L.buf();  // [dk4][2 Cp], then [Cp][dk4]
-  float* sU = smem + L.u();      // [Cp][32]
-  float* sO0 = smem + L.o0();    // [Cp][32]
-  float* sV = smem + L.vn();     // [Cp][32]
-  const float4* sS4 = reinterpret_cast<const float4*>(sS);
-  const float4* sBuf4 = reinterpret_cast<const float4*>(sBuf);
-  const float4* sV4 = reinterpret_cast<const float4*>(sV);
-  const int cg = threadIdx.x % 8, rg = threadIdx.x / 8;
+  const ScanSmem L(C, dk);
+  const int Cp = L.Cp, dkr = L.dkr, ps = L.ps(), pb = L.pb(), pd = L.pd();
+  float* sS = smem + L.s();      // [dkr][ps]
+  float* sBuf = smem + L.buf();  // [dkr][pb]
+  float* sKd = smem + L.kd();    // [Cp][pd]
+  float* sV = smem + L.vn();     // [Cp][ps]
+  const int tid = int(threadIdx.x), warp = tid / 32;
   float* S = state + (int64_t(row.slot) * n_head + h) * dk * dv;  // [dk, dv]
-
-  for (int idx = threadIdx.x; idx < dk4 * kScanColumns; idx += blockDim.x) {
+  for (int idx = tid; idx < dkr * kScanColumns; idx += kChunkThreads) {
     const int a = idx / kScanColumns, j = idx % kScanColumns;
-    sS[idx] = a < dk && j < ncol ? S[int64_t(a) * dv + col0 + j] : 0.0f;
+    sS[a * ps + j] = a < dk && j < ncol ? S[int64_t(a) * dv + col0 + j] : 0.0f;
   }
-  for (int cb = lo; cb < hi; ++cb) {
-    const int c0 = cb * C, n = min(C, row.n_tokens - c0);
-    const int64_t t0 = int64_t(row.token_begin) + c0, b = base + cb - b0;  // in the segment's scratch
-    __syncthreads();  // the previous chunk is done with every buffer
-    const float4* at_in = reinterpret_cast<const float4*>(scratch + sc.at(b, h));
-    for (int idx = threadIdx.x; idx < dk4 * 2 * Cp / 4; idx += blockDim.x) reinterpret_cast<float4*>(sBuf)[idx] = at_in[idx];
-    const float* u_in = scratch + sc.u(b, h);
-    const float* o0_in = scratch + sc.o0(b, h);
-    for (int idx = threadIdx.x; idx < Cp * kScanColumns; idx += blockDim.x) {
-      const int i = idx / kScanColumns, j = idx % kScanColumns;
-      const bool in = i < n && j < ncol;
-      sU[idx] = in ? u_in[int64_t(i) * dv + col0 + j] : 0.0f;
-      sO0[idx] = in ? o0_in[int64_t(i) * dv + col0 + j] : 0.0f;
+  const auto load_buf = [&](int c) {  // [Q'; W]ᵀ of the row's chunk c
+    const float* src = scratch + sc.at(base + c - b0, h);
+    const int per_row = 2 * Cp / 4;
+    for (int idx = tid; idx < dkr * per_row; idx += kChunkThreads) {
+      const int a = idx / per_row, c4 = idx % per_row;
+      cp_async16(sBuf + a * pb + 4 * c4, src + int64_t(a) * 2 * Cp + 4 * c4, true);
     }
-    __syncthreads();
-    // [Q'; W] S: rows [0, Cp) are Q' S, the outputs less O0; rows [Cp, 2 Cp)
-    // are W S, giving v_new = U - W S.
-    if (rg < 2 * Cp / 4) {
-      float acc[4][4] = {};
-      for (int a = 0; a < dk4; ++a) outer_acc(acc, sBuf4[a * (2 * Cp / 4) + rg], sS4[a * (kScanColumns / 4) + cg]);
-      const int row0 = 4 * rg;
-      if (row0 < Cp) {
-#pragma unroll
-        for (int rr = 0; rr < 4; ++rr) {
-          const int i = row0 + rr;
-          if (i >= n) break;
-          float* o = out + ((t0 + i) * n_head + h) * dv + col0;
-#pragma unroll
-          for (int c = 0; c < 4; ++c)
-            if (4 * cg + c < ncol) o[4 * cg + c] = acc[rr][c] + sO0[i * kScanColumns + 4 * cg + c];
-        }
-      } else {
-#pragma unroll
-        for (int rr = 0; rr < 4; ++rr) {
-          const int i = row0 - Cp + rr;
-          const float* u = sU + i * kScanColumns + 4 * cg;
-          reinterpret_cast<float4*>(sV)[i * (kScanColumns / 4) + cg] =
-              make_float4(u[0] - acc[rr][0], u[1] - acc[rr][1], u[2] - acc[rr][2], u[3] - acc[rr][3]);
-        }
-      }
+    cp_async_commit();
+  };
+  const auto load_kd = [&](int c) {
+    const float* src = scratch + sc.kd(base + c - b0, h);
+    const int per_row = dkr / 4;
+    for (int idx = tid; idx < Cp * per_row; idx += kChunkThreads) {
+      const int i = idx / per_row, c4 = idx % per_row;
+      cp_async16(sKd + i * pd + 4 * c4, src + int64_t(i) * dkr + 4 * c4, true);
     }
-    __syncthreads();
-    const float4* kd_in = reinterpret_cast<const float4*>(scratch + sc.kd(b, h));
-    for (int idx = threadIdx.x; idx < n * dk4 / 4; idx += blockDim.x) reinterpret_cast<float4*>(sBuf)[idx] = kd_in[idx];
+    cp_async_commit();
+  };
+  const auto bufat = [&](int m, int a) { return sBuf[a * pb + m]; };  // [Q'; W]
+  const auto sat = [&](int a, int j) { return sS[a * ps + j]; };
+  const auto kdat = [&](int a, int i) { return sKd[i * pd + a]; };  // Kdᵀ
+  const auto vat = [&](int i, int j) { return sV[i * ps + j]; };
+  load_buf(lo);
+  for (int c = lo; c < hi; ++c) {
+    const int n = min(C, row.n_tokens - c * C);
+    const int64_t t0 = int64_t(row.token_begin) + int64_t(c) * C, b = base + c - b0;  // b: in the segment's scratch
+    load_kd(c);  // the previous chunk's update is done with sKd
+    cp_async_wait<1>();
+    __syncthreads();  // this chunk's [Q'; W]ᵀ is in
+    // [Q'; W] S: warp w the m-tiles w, w + 8, ... of its 2 Cp rows. Rows
+    // [0, Cp) are Q' S, the outputs less O0; rows [Cp, 2 Cp) are W S, giving
+    // v_new = U - W S (zero past n and ncol).
+    const float* u_in = scratch + sc.u(b, h) + col0;
+    const float* o0_in = scratch + sc.o0(b, h) + col0;
+    for (int mt = warp; mt < 2 * Cp / 16; mt += kChunkWarps) {
+      float acc[1][4][4] = {};
+      warp_mma(acc, bufat, sat, 16 * mt, 1, 0, dkr);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int m = 16 * mt + acc_row(e), j = 8 * nt + acc_col(e);
+          if (m < Cp) {
+            if (m < n && j < ncol) out[((t0 + m) * n_head + h) * dv + col0 + j] = acc[0][nt][e] + o0_in[int64_t(m) * dv + j];
+          } else {
+            const int i = m - Cp;
+            sV[i * ps + j] = i < n && j < ncol ? u_in[int64_t(i) * dv + j] - acc[0][nt][e] : 0.0f;
+          }
+        }
+    }
+    __syncthreads();  // sBuf is free, v_new complete
+    if (c + 1 < hi) {
+      load_buf(c + 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // Kd is in
+    // S <- el S + Kdᵀ v_new: warp w the m-tiles w, w + 8, ... of the dkr
+    // state rows, each read and written by its own lanes only.
     const float el = scratch[sc.el(b, h)];
-    __syncthreads();
-    // S <- el S + Kdᵀ v_new, a 4 x 4 tile of S at a time.
-    for (int a0 = 4 * rg; a0 < dk4; a0 += 4 * (kChunkThreads / 8)) {
-      float acc[4][4];
+    for (int mt = warp; mt < dkr / 16; mt += kChunkWarps) {
+      float acc[1][4][4];
 #pragma unroll
-      for (int rr = 0; rr < 4; ++rr) {
-        const float4 s = sS4[(a0 + rr) * (kScanColumns / 4) + cg];
-        acc[rr][0] = s.x * el, acc[rr][1] = s.y * el, acc[rr][2] = s.z * el, acc[rr][3] = s.w * el;
-      }
-      for (int i = 0; i < n; ++i) outer_acc(acc, sBuf4[i * (dk4 / 4) + a0 / 4], sV4[i * (kScanColumns / 4) + cg]);
+      for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int rr = 0; rr < 4; ++rr)
-        reinterpret_cast<float4*>(sS)[(a0 + rr) * (kScanColumns / 4) + cg] =
-            make_float4(acc[rr][0], acc[rr][1], acc[rr][2], acc[rr][3]);
+        for (int e = 0; e < 4; ++e) acc[0][nt][e] = el * sS[(16 * mt + acc_row(e)) * ps + 8 * nt + acc_col(e)];
+      warp_mma(acc, kdat, vat, 16 * mt, 1, 0, Cp);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sS[(16 * mt + acc_row(e)) * ps + 8 * nt + acc_col(e)] = acc[0][nt][e];
     }
+    __syncthreads();  // the next chunk reads the state and refills sKd
   }
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < dk4 * kScanColumns; idx += blockDim.x) {
+  for (int idx = tid; idx < dkr * kScanColumns; idx += kChunkThreads) {
     const int a = idx / kScanColumns, j = idx % kScanColumns;
-    if (a < dk && j < ncol) S[int64_t(a) * dv + col0 + j] = sS[idx];
+    if (a < dk && j < ncol) S[int64_t(a) * dv + col0 + j] = sS[a * ps + j];
   }
 }
-
 }  // namespace
 
 void slice_cols(const float* x, int64_t M, int64_t N, int64_t begin, int64_t n, float* y, Stream s) {
@@ -753,16 +864,18 @@ void gated_delta_rule_chunked(const float* q, const float* k, const float* v, co
     fail("[gated_delta_rule_chunked] chunk_size ", chunk_size, " outside [1, ", kMaxChunk, "] on CUDA");
   if (n_rows == 0 || n_tokens <= 0 || d.head_dim_v == 0) return;
   const int dk = int(d.head_dim_k), dv = int(d.head_dim_v), H = int(d.n_head);
-  // Chunks shorter than asked where shared memory would not fit (head_dim_k
-  // > 256 is refused above): the result differs by rounding only.
+  // Chunks shorter than asked where shared memory would not fit: the result
+  // differs by rounding only.
   int C = int(chunk_size);
   auto smem_bytes = [&](int c) {
-    return std::max(PrepSmem{dk + 1, c}.total(), ScanSmem{round4(dk), round4(c)}.total()) * int64_t(sizeof(float));
+    return std::max(PrepSmem(c, dk, dv).total(), ScanSmem(c, dk).total()) * int64_t(sizeof(float));
   };
-  while (C > 8 && smem_bytes(C) > 227 * 1024) C /= 2;
+  while (C > 16 && smem_bytes(C) > 227 * 1024) C /= 2;
+  if (smem_bytes(C) > 227 * 1024)
+    fail("[gated_delta_rule_chunked] head dims ", dk, " x ", dv, " need more shared memory than a block has");
   const int64_t n_chunks = ceil_div(n_tokens, int64_t(C)) + n_rows;  // a bound: rows may end mid-chunk
   if (n_chunks > 0x7fffffff) fail("[gated_delta_rule_chunked] ", n_tokens, " tokens exceed one launch");
-  const ChunkScratch sc{std::min<int64_t>(n_chunks, kSegmentChunks), H, round4(C), round4(dk), dv};
+  const ChunkScratch sc{std::min<int64_t>(n_chunks, kSegmentChunks), H, round16(C), round16(dk), dv};
   float* scratch = static_cast<float*>(context().delta_rule_scratch(size_t(sc.total()) * sizeof(float), s));
   auto grant = [](auto kernel, size_t smem, size_t& granted) {  // raised once as needed
     if (smem > 48 * 1024 && smem > granted) {
@@ -770,8 +883,8 @@ void gated_delta_rule_chunked(const float* q, const float* k, const float* v, co
       granted = smem;
     }
   };
-  const size_t prep_smem = size_t(PrepSmem{dk + 1, C}.total()) * sizeof(float);
-  const size_t scan_smem = size_t(ScanSmem{round4(dk), round4(C)}.total()) * sizeof(float);
+  const size_t prep_smem = size_t(PrepSmem(C, dk, dv).total()) * sizeof(float);
+  const size_t scan_smem = size_t(ScanSmem(C, dk).total()) * sizeof(float);
   static size_t prep_granted = 0, scan_granted = 0;
   grant(gdr_chunk_prep_kernel, prep_smem, prep_granted);
   grant(gdr_chunk_scan_kernel, scan_smem, scan_granted);
