@@ -256,7 +256,7 @@ TEST_P(CudaDeltaRule, FusedStepMatchesCpu) {
 }
 
 // The chunked form on CUDA against the CPU's (chunks of 64 and 16), and
-// against the recurrent form on CUDA; states carried over two calls.
+// against the recurrent form on CUDA; states carried over three calls.
 TEST_P(CudaDeltaRule, ChunkedMatchesCpuAndRecurrent) {
   const DeltaCase c = GetParam();
   const int64_t n_slots = 5;
@@ -264,8 +264,11 @@ TEST_P(CudaDeltaRule, ChunkedMatchesCpuAndRecurrent) {
   for (int64_t chunk : {64, 16}) {
     Tensor state = rand({n_slots, c.n_head, c.dk, c.dv}, -0.1f, 0.1f);
     Tensor gstate = gpu(state), rstate = gpu(state);
+    // The third call has 37 chunks of 16: the kernels walk them in two
+    // segments, the second starting in the middle of a row (its 14th chunk).
     const std::vector<Rows> calls = {Rows{{0, 31, 1}, {31, 33, 4}, {64, 100, 0}, {164, 1, 2}},
-                                     Rows{{0, 100, 1}, {100, 17, 0}, {117, 64, 4}}};
+                                     Rows{{0, 100, 1}, {100, 17, 0}, {117, 64, 4}},
+                                     Rows{{0, 300, 3}, {300, 250, 1}, {550, 17, 0}}};
     for (size_t call = 0; call < calls.size(); ++call) {
       const Rows& rows = calls[call];
       const int64_t T = total_tokens(rows);
