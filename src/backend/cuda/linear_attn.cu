@@ -312,8 +312,8 @@ static_assert(kNs == 4, "the shuffles above reduce over 4 lanes");
 // (the CPU op's form, regrouped). gdr_chunk_scan_kernel, one block per (row,
 // value head, 32 state columns), walks a row's chunks in order and does only
 // the two products with the state, [Q'; W] S (2C x dk by dk x 32) and
-// Kdᵀ v_new (dk x C by C x 32), while the next chunk's [Q'; W]ᵀ arrives
-// (cp.async, two buffers).
+// Kdᵀ v_new (dk x C by C x 32); the next chunk's [Q'; W]ᵀ is copied in
+// (cp.async) while the state update runs.
 // Every product is mma.m16n8k8 on tf32 operands split in two (x = hi + lo,
 // both tf32; hi·hi + hi·lo + lo·hi), which errs by ~2^-21 of a product,
 // f32-like, where a single tf32 product errs by ~2^-11; sums are f32. T is
@@ -321,7 +321,10 @@ static_assert(kNs == 4, "the shuffles above reduce over 4 lanes");
 // thread a quarter of each sum); everything else is a product. Why: with f32
 // FMAs on CUDA cores (a thread a column for the substitution of [U | W],
 // 4 x 4 register tiles for the products) the two kernels took 43.7 of the
-// 96 ms of a 2048-token prefill of a 7.4B Qwen3.5 hybrid on the H200.
+// 96 ms of a 2048-token prefill of a 7.4B Qwen3.5 hybrid on the H200; a
+// layer of that shape (2048 tokens, 32 value heads of 128 x 128) took
+// 1,825 us on the H100 against 1,102 us in this form (cuda_bench
+// --delta-rule, one call).
 // Chunks are numbered over the rows in order (row r's first is base(r), the
 // sum of ceil(n_tokens / C) before it); the call walks them in segments of
 // at most kSegmentChunks (a prep launch, then a scan launch that carries the
@@ -372,11 +375,10 @@ __device__ __forceinline__ Tf32Pair split_tf32(float x) {
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(x - __uint_as_float(hi)));
   return {hi, lo};
 }
-// Not volatile: the compiler may interleave independent products, and an
-// accumulator's products must be issued apart (each waits on the last).
 __device__ __forceinline__ void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -402,16 +404,11 @@ __device__ __forceinline__ FragB frag_b(const At& at, int k0, int n0) {
   const int g = lane_g(), t = lane_t();
   return {{split_tf32(at(k0 + t, n0 + g)), split_tf32(at(k0 + t + 4, n0 + g))}};
 }
-// One of the three tf32 products of d += A B (pass 0: lo·hi, 1: hi·lo,
-// 2: hi·hi, the small ones first). Callers issue a pass over all their
-// tiles before the next, so that consecutive products are independent.
-__device__ __forceinline__ void mma_pass(float (&d)[4], const FragA& a, const FragB& b, int pass) {
-  if (pass == 0)
-    mma_tf32(d, a.v[0].lo, a.v[1].lo, a.v[2].lo, a.v[3].lo, b.v[0].hi, b.v[1].hi);
-  else if (pass == 1)
-    mma_tf32(d, a.v[0].hi, a.v[1].hi, a.v[2].hi, a.v[3].hi, b.v[0].lo, b.v[1].lo);
-  else
-    mma_tf32(d, a.v[0].hi, a.v[1].hi, a.v[2].hi, a.v[3].hi, b.v[0].hi, b.v[1].hi);
+// d += A B as three tf32 products, the small ones first.
+__device__ __forceinline__ void mma3(float (&d)[4], const FragA& a, const FragB& b) {
+  mma_tf32(d, a.v[0].lo, a.v[1].lo, a.v[2].lo, a.v[3].lo, b.v[0].hi, b.v[1].hi);
+  mma_tf32(d, a.v[0].hi, a.v[1].hi, a.v[2].hi, a.v[3].hi, b.v[0].lo, b.v[1].lo);
+  mma_tf32(d, a.v[0].hi, a.v[1].hi, a.v[2].hi, a.v[3].hi, b.v[0].hi, b.v[1].hi);
 }
 // Accumulator element r of a 16 x 8 tile sits at (acc_row(r), acc_col(r)).
 __device__ __forceinline__ int acc_row(int r) { return lane_g() + 8 * (r >> 1); }
@@ -423,25 +420,22 @@ __device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], const AAt& a, 
                                          int n0, int K) {
   for (int k0 = 0; k0 < K; k0 += 8) {
     FragB fb[NT];
-    FragA fa[MT];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) fb[nt] = frag_b(b, k0, n0 + 8 * nt);
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-      if (mt < n_mt) fa[mt] = frag_a(a, m0 + 16 * mt, k0);
+    for (int mt = 0; mt < MT; ++mt) {
+      if (mt < n_mt) {
+        const FragA fa = frag_a(a, m0 + 16 * mt, k0);
 #pragma unroll
-    for (int pass = 0; pass < 3; ++pass)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-          if (mt < n_mt) mma_pass(acc[mt][nt], fa[mt], fb[nt], pass);
+        for (int nt = 0; nt < NT; ++nt) mma3(acc[mt][nt], fa, fb[nt]);
+      }
+    }
   }
 }
 
 // Shared memory of the prep kernel, in floats: K and scaled Q [Cp][pk], A
 // (then T) and QK [Cp][pc], the right-hand sides (then [U | W]) [Cp][pr],
-// gc, beta and two decays. [U | W]'s columns: U in [0, dv), W in [dvr, dvr + dk), zero
+// gc and beta. [U | W]'s columns: U in [0, dv), W in [dvr, dvr + dk), zero
 // elsewhere up to nr, a multiple of 32 (a warp's group of columns).
 struct PrepSmem {
   int Cp, dkr, dvr, nr;
@@ -457,28 +451,8 @@ struct PrepSmem {
   __host__ __device__ int64_t r() const { return qk() + int64_t(Cp) * pc(); }
   __host__ __device__ int64_t gc() const { return r() + int64_t(Cp) * pr(); }
   __host__ __device__ int64_t beta() const { return gc() + Cp; }
-  __host__ __device__ int64_t eg() const { return beta() + Cp; }  // exp(gc), zero past n
-  __host__ __device__ int64_t ed() const { return eg() + Cp; }    // exp(gc_last - gc), zero past n
-  __host__ __device__ int64_t total() const { return ed() + Cp; }
+  __host__ __device__ int64_t total() const { return beta() + Cp; }
 };
-
-// For idx in [0, n), over a block's threads: store(idx, load(idx)), with
-// kLoadBatch loads in flight a thread. One element at a time, each store
-// would wait out the load's latency before the thread's next load could
-// issue (a warp issues in order), at one block an SM.
-constexpr int kLoadBatch = 8;
-template <class Load, class Store>
-__device__ __forceinline__ void batched_fill(int n, const Load& load, const Store& store) {
-  for (int base = int(threadIdx.x); base < n; base += kLoadBatch * kChunkThreads) {
-    decltype(load(0)) val[kLoadBatch];
-#pragma unroll
-    for (int u = 0; u < kLoadBatch; ++u)
-      if (base + u * kChunkThreads < n) val[u] = load(base + u * kChunkThreads);
-#pragma unroll
-    for (int u = 0; u < kLoadBatch; ++u)
-      if (base + u * kChunkThreads < n) store(base + u * kChunkThreads, val[u]);
-  }
-}
 
 // grid: (chunks of the segment, n_head); block: kChunkThreads.
 __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
@@ -507,21 +481,14 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
   float* sR = smem + L.r();    // [Cp][pr]: right-hand sides, then [U | W]
   float* sGc = smem + L.gc();
   float* sBeta = smem + L.beta();
-  float* sEg = smem + L.eg();
-  float* sEd = smem + L.ed();
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
-  batched_fill(  // rows past n, columns past dk: zero
-      Cp * dkr,
-      [&](int idx) {
-        const int i = idx / dkr, a = idx % dkr;
-        const int64_t src = ((t0 + i) * n_head_k + hk) * dk + a;
-        return i < n && a < dk ? make_float2(k[src], q[src]) : make_float2(0.0f, 0.0f);
-      },
-      [&](int idx, float2 kq) {
-        const int i = idx / dkr, a = idx % dkr;
-        sK[i * pk + a] = kq.x;
-        sQ[i * pk + a] = kq.y * scale;
-      });
+  for (int idx = tid; idx < Cp * dkr; idx += kChunkThreads) {  // rows past n, columns past dk: zero
+    const int i = idx / dkr, a = idx % dkr;
+    const bool in = i < n && a < dk;
+    const int64_t src = ((t0 + i) * n_head_k + hk) * dk + a;
+    sK[i * pk + a] = in ? k[src] : 0.0f;
+    sQ[i * pk + a] = in ? q[src] * scale : 0.0f;
+  }
   for (int i = tid; i < Cp; i += kChunkThreads) {
     sGc[i] = i < n ? g[(t0 + i) * n_head + h] : 0.0f;
     sBeta[i] = i < n ? beta[(t0 + i) * n_head + h] : 0.0f;
@@ -540,33 +507,25 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
     if (lane == 0) before = 0.0f;
     if (2 * lane < n) sGc[2 * lane] = before + x0;
     if (2 * lane + 1 < n) sGc[2 * lane + 1] = before + x0 + x1;
-    __syncwarp();
-    for (int i = lane; i < Cp; i += 32) {
-      sEg[i] = i < n ? expf(sGc[i]) : 0.0f;
-      sEd[i] = i < n ? expf(sGc[n - 1] - sGc[i]) : 0.0f;
-    }
   }
   __syncthreads();
   // Right-hand sides [beta v | beta exp(gc) k], zero past n and in the pads.
-  batched_fill(
-      Cp * dvr,
-      [&](int idx) {
-        const int i = idx / dvr, x = idx % dvr;
-        return i < n && x < dv ? v[((t0 + i) * n_head + h) * dv + x] : 0.0f;
-      },
-      [&](int idx, float val) {
-        const int i = idx / dvr, x = idx % dvr;
-        sR[i * pr + x] = sBeta[i] * val;
-      });
-  for (int idx = tid; idx < Cp * (nr - dvr); idx += kChunkThreads) {
-    const int i = idx / (nr - dvr), a = idx % (nr - dvr);
-    sR[i * pr + dvr + a] = a < dk ? sBeta[i] * sEg[i] * sK[i * pk + a] : 0.0f;  // sK, sBeta, sEg: zero past n
+  for (int idx = tid; idx < Cp * nr; idx += kChunkThreads) {
+    const int i = idx / nr, x = idx % nr;
+    float val = 0.0f;
+    if (i < n) {
+      if (x < dv)
+        val = sBeta[i] * v[((t0 + i) * n_head + h) * dv + x];
+      else if (x >= dvr && x < dvr + dk)
+        val = sBeta[i] * expf(sGc[i]) * sK[i * pk + (x - dvr)];
+    }
+    sR[i * pr + x] = val;
   }
   // Kd (zero past n and dk) and the decay over the chunk.
   float* kd_out = scratch + sc.kd(cb, h);
   for (int idx = tid; idx < Cp * dkr; idx += kChunkThreads) {
     const int i = idx / dkr, a = idx % dkr;
-    kd_out[idx] = sK[i * pk + a] * sEd[i];
+    kd_out[idx] = i < n ? sK[i * pk + a] * expf(sGc[n - 1] - sGc[i]) : 0.0f;
   }
   if (tid == 0) scratch[sc.el(cb, h)] = expf(sGc[n - 1]);
   // A and QK: warp w the 16 x 32 block at rows 16 (w % 4), columns 32 (w / 4)
@@ -581,16 +540,12 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
       const auto ktat = [&](int a, int j) { return sK[j * pk + a]; };  // Kᵀ; rows past Cp read sQ's, not kept
       for (int k0 = 0; k0 < dkr; k0 += 8) {
         const FragA fk = frag_a(kat, m0, k0), fq = frag_a(qat, m0, k0);
-        FragB fb[4];
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) fb[nt] = frag_b(ktat, k0, n0 + 8 * nt);
-#pragma unroll
-        for (int pass = 0; pass < 3; ++pass)
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt) {
-            mma_pass(kk[nt], fk, fb[nt], pass);
-            mma_pass(qk[nt], fq, fb[nt], pass);
-          }
+        for (int nt = 0; nt < 4; ++nt) {
+          const FragB fb = frag_b(ktat, k0, n0 + 8 * nt);
+          mma3(kk[nt], fk, fb);
+          mma3(qk[nt], fq, fb);
+        }
       }
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
@@ -671,15 +626,14 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
           } else if (x >= dvr && x < dvr + dkr) {
             const int a = x - dvr;
             at_out[int64_t(a) * 2 * Cp + Cp + i] = uw;
-            at_out[int64_t(a) * 2 * Cp + i] = sEg[i] * sQ[i * pk + a] - acc[mt][nt][e];
+            at_out[int64_t(a) * 2 * Cp + i] = expf(sGc[i]) * sQ[i * pk + a] - acc[mt][nt][e];
           }
         }
   }
 }
 
 // Shared memory of the scan kernel, in floats: the state tile [dkr][ps],
-// [Q'; W]ᵀ of two chunks [2][dkr][pb] (this one's and the next's, in flight),
-// this chunk's Kd [Cp][pd] and v_new [Cp][ps].
+// [Q'; W]ᵀ of a chunk [dkr][pb], its Kd [Cp][pd] and v_new [Cp][ps].
 struct ScanSmem {
   int Cp, dkr;
   __host__ __device__ ScanSmem(int C, int dk) : Cp(round16(C)), dkr(round16(dk)) {}
@@ -688,7 +642,7 @@ struct ScanSmem {
   __host__ __device__ int pd() const { return pitch_cols(dkr); }
   __host__ __device__ int64_t s() const { return 0; }
   __host__ __device__ int64_t buf() const { return s() + int64_t(dkr) * ps(); }
-  __host__ __device__ int64_t kd() const { return buf() + 2 * int64_t(dkr) * pb(); }
+  __host__ __device__ int64_t kd() const { return buf() + int64_t(dkr) * pb(); }
   __host__ __device__ int64_t vn() const { return kd() + int64_t(Cp) * pd(); }
   __host__ __device__ int64_t total() const { return vn() + int64_t(Cp) * ps(); }
 };
@@ -711,30 +665,21 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_scan_kernel(
   const ScanSmem L(C, dk);
   const int Cp = L.Cp, dkr = L.dkr, ps = L.ps(), pb = L.pb(), pd = L.pd();
   float* sS = smem + L.s();      // [dkr][ps]
-  float* sBuf = smem + L.buf();  // [2][dkr][pb]
+  float* sBuf = smem + L.buf();  // [dkr][pb]
   float* sKd = smem + L.kd();    // [Cp][pd]
   float* sV = smem + L.vn();     // [Cp][ps]
   const int tid = int(threadIdx.x), warp = tid / 32;
   float* S = state + (int64_t(row.slot) * n_head + h) * dk * dv;  // [dk, dv]
-  batched_fill(
-      dkr * kScanColumns,
-      [&](int idx) {
-        const int a = idx / kScanColumns, j = idx % kScanColumns;
-        return a < dk && j < ncol ? S[int64_t(a) * dv + col0 + j] : 0.0f;
-      },
-      [&](int idx, float val) { sS[(idx / kScanColumns) * ps + idx % kScanColumns] = val; });
-  // Copies in flight, as cp.async groups in order: [Q'; W]ᵀ of chunk c + 1
-  // (into the other buffer) and Kd of chunk c are issued as chunk c starts;
-  // [Q'; W]ᵀ of chunk c has had a chunk's time to land.
-  const auto load_buf = [&](int c) {  // [Q'; W]ᵀ of the row's chunk c, or an empty group past the last
-    if (c < hi) {
-      const float* src = scratch + sc.at(base + c - b0, h);
-      float* dst = sBuf + (c & 1) * int64_t(dkr) * pb;
-      const int per_row = 2 * Cp / 4;
-      for (int idx = tid; idx < dkr * per_row; idx += kChunkThreads) {
-        const int a = idx / per_row, c4 = idx % per_row;
-        cp_async16(dst + a * pb + 4 * c4, src + int64_t(a) * 2 * Cp + 4 * c4, true);
-      }
+  for (int idx = tid; idx < dkr * kScanColumns; idx += kChunkThreads) {
+    const int a = idx / kScanColumns, j = idx % kScanColumns;
+    sS[a * ps + j] = a < dk && j < ncol ? S[int64_t(a) * dv + col0 + j] : 0.0f;
+  }
+  const auto load_buf = [&](int c) {  // [Q'; W]ᵀ of the row's chunk c
+    const float* src = scratch + sc.at(base + c - b0, h);
+    const int per_row = 2 * Cp / 4;
+    for (int idx = tid; idx < dkr * per_row; idx += kChunkThreads) {
+      const int a = idx / per_row, c4 = idx % per_row;
+      cp_async16(sBuf + a * pb + 4 * c4, src + int64_t(a) * 2 * Cp + 4 * c4, true);
     }
     cp_async_commit();
   };
@@ -747,6 +692,7 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_scan_kernel(
     }
     cp_async_commit();
   };
+  const auto bufat = [&](int m, int a) { return sBuf[a * pb + m]; };  // [Q'; W]
   const auto sat = [&](int a, int j) { return sS[a * ps + j]; };
   const auto kdat = [&](int a, int i) { return sKd[i * pd + a]; };  // Kdᵀ
   const auto vat = [&](int i, int j) { return sV[i * ps + j]; };
@@ -754,28 +700,15 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_scan_kernel(
   for (int c = lo; c < hi; ++c) {
     const int n = min(C, row.n_tokens - c * C);
     const int64_t t0 = int64_t(row.token_begin) + int64_t(c) * C, b = base + c - b0;  // b: in the segment's scratch
-    load_kd(c);       // the previous chunk's update is done with sKd
-    load_buf(c + 1);  // the previous chunk's products are done with that buffer
-    // This warp's m-tiles of [Q'; W] S below: w, w + 8, ... of its 2 Cp rows.
-    // Rows [0, Cp) are Q' S, the outputs less O0; rows [Cp, 2 Cp) are W S,
-    // giving v_new = U - W S (zero past n and ncol). O0 and U are read
-    // before the products, to be in registers when they end.
+    load_kd(c);  // the previous chunk's update is done with sKd
+    cp_async_wait<1>();
+    __syncthreads();  // this chunk's [Q'; W]ᵀ is in
+    // [Q'; W] S: warp w the m-tiles w, w + 8, ... of its 2 Cp rows. Rows
+    // [0, Cp) are Q' S, the outputs less O0; rows [Cp, 2 Cp) are W S, giving
+    // v_new = U - W S (zero past n and ncol).
     const float* u_in = scratch + sc.u(b, h) + col0;
     const float* o0_in = scratch + sc.o0(b, h) + col0;
-    const float el = scratch[sc.el(b, h)];
-    const float* buf = sBuf + (c & 1) * int64_t(dkr) * pb;
-    const auto bufat = [&](int m, int a) { return buf[a * pb + m]; };  // [Q'; W]
-    cp_async_wait<2>();
-    __syncthreads();  // this chunk's [Q'; W]ᵀ is in
     for (int mt = warp; mt < 2 * Cp / 16; mt += kChunkWarps) {
-      float ends[4][4];  // O0 or U at this lane's elements
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int m = 16 * mt + acc_row(e), j = 8 * nt + acc_col(e), i = m < Cp ? m : m - Cp;
-          ends[nt][e] = i < n && j < ncol ? (m < Cp ? o0_in : u_in)[int64_t(i) * dv + j] : 0.0f;
-        }
       float acc[1][4][4] = {};
       warp_mma(acc, bufat, sat, 16 * mt, 1, 0, dkr);
 #pragma unroll
@@ -784,16 +717,24 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_scan_kernel(
         for (int e = 0; e < 4; ++e) {
           const int m = 16 * mt + acc_row(e), j = 8 * nt + acc_col(e);
           if (m < Cp) {
-            if (m < n && j < ncol) out[((t0 + m) * n_head + h) * dv + col0 + j] = acc[0][nt][e] + ends[nt][e];
+            if (m < n && j < ncol) out[((t0 + m) * n_head + h) * dv + col0 + j] = acc[0][nt][e] + o0_in[int64_t(m) * dv + j];
           } else {
-            sV[(m - Cp) * ps + j] = m - Cp < n && j < ncol ? ends[nt][e] - acc[0][nt][e] : 0.0f;
+            const int i = m - Cp;
+            sV[i * ps + j] = i < n && j < ncol ? u_in[int64_t(i) * dv + j] - acc[0][nt][e] : 0.0f;
           }
         }
     }
-    cp_async_wait<1>();
-    __syncthreads();  // v_new complete, Kd in
+    __syncthreads();  // sBuf is free, v_new complete
+    if (c + 1 < hi) {
+      load_buf(c + 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // Kd is in
     // S <- el S + Kdᵀ v_new: warp w the m-tiles w, w + 8, ... of the dkr
     // state rows, each read and written by its own lanes only.
+    const float el = scratch[sc.el(b, h)];
     for (int mt = warp; mt < dkr / 16; mt += kChunkWarps) {
       float acc[1][4][4];
 #pragma unroll
@@ -806,9 +747,8 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_scan_kernel(
 #pragma unroll
         for (int e = 0; e < 4; ++e) sS[(16 * mt + acc_row(e)) * ps + 8 * nt + acc_col(e)] = acc[0][nt][e];
     }
-    __syncthreads();  // the next chunk reads the state and refills sKd and this buffer
+    __syncthreads();  // the next chunk reads the state and refills sKd
   }
-  cp_async_wait<0>();
   for (int idx = tid; idx < dkr * kScanColumns; idx += kChunkThreads) {
     const int a = idx / kScanColumns, j = idx % kScanColumns;
     if (a < dk && j < ncol) S[int64_t(a) * dv + col0 + j] = sS[a * ps + j];
