@@ -298,39 +298,37 @@ __global__ void __launch_bounds__(kCols* kNs) gdr_recurrent_kernel(
 static_assert(kNs == 4, "the shuffles above reduce over 4 lanes");
 
 // ---- The gated delta rule, chunked form ---------------------------------------
-// Two kernels, the UT transform as flash-linear-attention computes it, their
-// products on tensor cores.
-// gdr_chunk_prep_kernel takes every chunk of every row and head at once and
-// computes all that does not depend on the state: the cumulative log-decay
-// gc, A[i][j] = beta_i (k_i·k_j) exp(gc_i - gc_j) (j < i),
-// QK[i][j] = (q_i·k_j) exp(gc_i - gc_j) (j <= i), T = (I + A)^-1, and
-//   [U | W] = T [beta v | beta exp(gc) k],
-//   Q' = exp(gc) q - QK W,  O0 = QK U,  Kd = k exp(gc_last - gc),
-// so that, with v_new = U - W S, the chunk's outputs and next state are
-//   out = exp(gc) (q S) + QK v_new = Q' S + O0
-//   S  <- exp(gc_last) S + Kdᵀ v_new
-// (the CPU op's form, regrouped). gdr_chunk_scan_kernel, one block per (row,
-// value head, 32 state columns), walks a row's chunks in order and does only
-// the two products with the state, [Q'; W] S (2C x dk by dk x 32) and
-// Kdᵀ v_new (dk x C by C x 32); the next chunk's [Q'; W]ᵀ is copied in
-// (cp.async) while the state update runs.
+// The UT transform as flash-linear-attention writes it, in two kernels whose
+// products run on tensor cores. For a chunk of n <= C tokens with state S
+// (dk x dv) on entry, cumulative log-decay gc (gl = gc of its last token),
+//   A[i][j] = beta_i (k_i·k_j) exp(gc_i - gc_j) (j < i),  T' = (I + A)^-1 diag(beta),
+//   P[i][j] = scale (q_i·k_j) exp(gc_i - gc_j) (j <= i),
+// the chunk's new values, outputs and next state are
+//   x     = v - exp(gc) (K S)
+//   v_new = T' x
+//   out   = scale exp(gc) (Q S) + (P T') x
+//   S    <- exp(gl) S + Kᵀ (exp(gl - gc) v_new)
+// (the CPU op's form, regrouped). gdr_chunk_prep_kernel, a block per (chunk,
+// value head) for every chunk of a segment at once, computes what does not
+// depend on the state: T', P T' and the decays. gdr_chunk_scan_kernel, a
+// block per (row, value head, 32 state columns), walks a row's chunks in
+// order with its state tile in shared memory and does every product with
+// the state, reading q, k and v themselves; the next chunk's operands are
+// copied in (cp.async) while this one's products run. Why this split: the
+// state-free work a chunk leaves behind is two C x C matrices (32 KB at
+// C = 64), where [Q'; W], Kd, U and O0 (the other grouping, S multiplied
+// in one product) were ~160 KB a chunk and head, read back by every column
+// block of the scan from beyond L2.
 // Every product is mma.m16n8k8 on tf32 operands split in two (x = hi + lo,
 // both tf32; hi·hi + hi·lo + lo·hi), which errs by ~2^-21 of a product,
 // f32-like, where a single tf32 product errs by ~2^-11; sums are f32. T is
 // solved a column per 4 threads (forward substitution on the identity, each
-// thread a quarter of each sum); everything else is a product. Why: with f32
-// FMAs on CUDA cores (a thread a column for the substitution of [U | W],
-// 4 x 4 register tiles for the products) the two kernels took 43.7 of the
-// 96 ms of a 2048-token prefill of a 7.4B Qwen3.5 hybrid on the H200; a
-// layer of that shape (2048 tokens, 32 value heads of 128 x 128) took
-// 1,825 us on the H100 against 1,102 us in this form (cuda_bench
-// --delta-rule, one call).
+// thread a quarter of each sum); everything else is a product.
 // Chunks are numbered over the rows in order (row r's first is base(r), the
 // sum of ceil(n_tokens / C) before it); the call walks them in segments of
 // at most kSegmentChunks (a prep launch, then a scan launch that carries the
-// state in memory), so that scratch stays bounded: per (chunk, head)
-// [Q'; W]ᵀ [dkr][2 Cp], Kd [Cp][dkr], U and O0 [Cp][dv] (Cp, dkr: C and dk
-// rounded up to 16), ~123 KB a token a segment on the Qwen3.5 shapes.
+// state in memory), so that scratch stays bounded and in L2: per (chunk,
+// head) 2 Cp² + 3 Cp + 4 floats (Cp: C rounded up to 16), 33 KB at C = 64.
 
 constexpr int kMaxChunk = 64;
 constexpr int kChunkThreads = 256;
@@ -340,7 +338,6 @@ constexpr int kSegmentChunks = 32;  // chunks a prep launch covers: 2048 tokens 
 
 __host__ __device__ constexpr int round8(int x) { return (x + 7) & ~7; }
 __host__ __device__ constexpr int round16(int x) { return (x + 15) & ~15; }
-__host__ __device__ constexpr int round32(int x) { return (x + 31) & ~31; }
 // Shared-memory pitches (floats) that put a warp's fragment loads on 32
 // distinct banks. Lane (g, t) = (lane / 4, lane % 4) reads element (g, t) of
 // an operand read along its rows (A, or Bᵀ stored by rows): pitch 4 mod 8;
@@ -349,18 +346,16 @@ __host__ __device__ constexpr int round32(int x) { return (x + 31) & ~31; }
 __host__ __device__ constexpr int pitch_rows(int n) { return round8(n) + 4; }
 __host__ __device__ constexpr int pitch_cols(int n) { return (round8(n) / 8) % 2 ? round8(n) : round8(n) + 8; }
 
+// Scratch per (chunk of the segment, value head): T' [Cp][Cp], P T'
+// [Cp][Cp], then the decays exp(gc), scale exp(gc), exp(gl - gc) [Cp] each
+// (zero past the chunk's tokens) and exp(gl), padded to 4.
 struct ChunkScratch {
-  int64_t nb, H, Cp, dkr, dv;
-  __host__ __device__ int64_t unit(int64_t b, int64_t h) const { return b * H + h; }
-  // [Q'; W] transposed: [dkr][2 Cp], Q' in columns [0, Cp), W in [Cp, 2 Cp).
-  __host__ __device__ int64_t at(int64_t b, int64_t h) const { return unit(b, h) * dkr * 2 * Cp; }
-  __host__ __device__ int64_t kd(int64_t b, int64_t h) const { return nb * H * dkr * 2 * Cp + unit(b, h) * Cp * dkr; }
-  __host__ __device__ int64_t el(int64_t b, int64_t h) const { return nb * H * dkr * 3 * Cp + unit(b, h); }
-  __host__ __device__ int64_t u(int64_t b, int64_t h) const {
-    return nb * H * dkr * 3 * Cp + ((nb * H + 3) & ~int64_t(3)) + unit(b, h) * Cp * dv;
-  }
-  __host__ __device__ int64_t o0(int64_t b, int64_t h) const { return u(nb, 0) + unit(b, h) * Cp * dv; }
-  __host__ __device__ int64_t total() const { return o0(nb, 0); }
+  int64_t nb, H, Cp;
+  __host__ __device__ int64_t unit() const { return 2 * Cp * Cp + 3 * Cp + 4; }
+  __host__ __device__ int64_t t(int64_t b, int64_t h) const { return (b * H + h) * unit(); }
+  __host__ __device__ int64_t pt(int64_t b, int64_t h) const { return t(b, h) + Cp * Cp; }
+  __host__ __device__ int64_t decays(int64_t b, int64_t h) const { return t(b, h) + 2 * Cp * Cp; }
+  __host__ __device__ int64_t total() const { return nb * H * unit(); }
 };
 
 __device__ __forceinline__ int chunks_of(const RecurrentRow& r, int C) { return r.n_tokens > 0 ? (r.n_tokens + C - 1) / C : 0; }
@@ -375,10 +370,11 @@ __device__ __forceinline__ Tf32Pair split_tf32(float x) {
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(x - __uint_as_float(hi)));
   return {hi, lo};
 }
+// Not volatile: the compiler may interleave independent products, and an
+// accumulator's products must be issued apart (each waits on the last).
 __device__ __forceinline__ void mma_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -404,61 +400,116 @@ __device__ __forceinline__ FragB frag_b(const At& at, int k0, int n0) {
   const int g = lane_g(), t = lane_t();
   return {{split_tf32(at(k0 + t, n0 + g)), split_tf32(at(k0 + t + 4, n0 + g))}};
 }
-// d += A B as three tf32 products, the small ones first.
-__device__ __forceinline__ void mma3(float (&d)[4], const FragA& a, const FragB& b) {
-  mma_tf32(d, a.v[0].lo, a.v[1].lo, a.v[2].lo, a.v[3].lo, b.v[0].hi, b.v[1].hi);
-  mma_tf32(d, a.v[0].hi, a.v[1].hi, a.v[2].hi, a.v[3].hi, b.v[0].lo, b.v[1].lo);
-  mma_tf32(d, a.v[0].hi, a.v[1].hi, a.v[2].hi, a.v[3].hi, b.v[0].hi, b.v[1].hi);
+// One of the three tf32 products of d += A B (pass 0: lo·hi, 1: hi·lo,
+// 2: hi·hi, the small ones first). Callers issue a pass over all their
+// tiles before the next, so that consecutive products are independent.
+__device__ __forceinline__ void mma_pass(float (&d)[4], const FragA& a, const FragB& b, int pass) {
+  if (pass == 0)
+    mma_tf32(d, a.v[0].lo, a.v[1].lo, a.v[2].lo, a.v[3].lo, b.v[0].hi, b.v[1].hi);
+  else if (pass == 1)
+    mma_tf32(d, a.v[0].hi, a.v[1].hi, a.v[2].hi, a.v[3].hi, b.v[0].lo, b.v[1].lo);
+  else
+    mma_tf32(d, a.v[0].hi, a.v[1].hi, a.v[2].hi, a.v[3].hi, b.v[0].hi, b.v[1].hi);
 }
 // Accumulator element r of a 16 x 8 tile sits at (acc_row(r), acc_col(r)).
 __device__ __forceinline__ int acc_row(int r) { return lane_g() + 8 * (r >> 1); }
 __device__ __forceinline__ int acc_col(int r) { return 2 * lane_t() + (r & 1); }
-// acc[mt][nt] += A[m0 + 16 mt .. + 16, 0 .. K) B[0 .. K, n0 + 8 nt .. + 8),
-// for mt < n_mt (<= MT) and nt < NT; K a multiple of 8.
-template <int MT, int NT, class AAt, class BAt>
-__device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], const AAt& a, const BAt& b, int m0, int n_mt,
-                                         int n0, int K) {
+// acc[nt] += A[m0 .. m0 + 16, 0 .. K) B[0 .. K, n0 + 8 nt .. + 8) for
+// nt < NT; K a multiple of 8.
+template <int NT, class AAt, class BAt>
+__device__ __forceinline__ void warp_mma(float (&acc)[NT][4], const AAt& a, const BAt& b, int m0, int n0, int K) {
   for (int k0 = 0; k0 < K; k0 += 8) {
     FragB fb[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) fb[nt] = frag_b(b, k0, n0 + 8 * nt);
+    const FragA fa = frag_a(a, m0, k0);
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      if (mt < n_mt) {
-        const FragA fa = frag_a(a, m0 + 16 * mt, k0);
+    for (int pass = 0; pass < 3; ++pass)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma3(acc[mt][nt], fa, fb[nt]);
+      for (int nt = 0; nt < NT; ++nt) mma_pass(acc[nt], fa, fb[nt], pass);
+  }
+}
+// The same for two A operands against one B: acc1 += A1 B, acc2 += A2 B,
+// B's fragments read once.
+template <int NT, class A1At, class A2At, class BAt>
+__device__ __forceinline__ void warp_mma_pair(float (&acc1)[NT][4], float (&acc2)[NT][4], const A1At& a1,
+                                              const A2At& a2, const BAt& b, int m0, int n0, int K) {
+  for (int k0 = 0; k0 < K; k0 += 8) {
+    FragB fb[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) fb[nt] = frag_b(b, k0, n0 + 8 * nt);
+    const FragA f1 = frag_a(a1, m0, k0), f2 = frag_a(a2, m0, k0);
+#pragma unroll
+    for (int pass = 0; pass < 3; ++pass)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        mma_pass(acc1[nt], f1, fb[nt], pass);
+        mma_pass(acc2[nt], f2, fb[nt], pass);
       }
-    }
   }
 }
 
+// For idx in [0, n), over a block's threads: store(idx, load(idx)), with
+// kLoadBatch loads in flight a thread. One element at a time, each store
+// would wait out the load's latency before the thread's next load could
+// issue (a warp issues in order), at one block an SM.
+constexpr int kLoadBatch = 8;
+template <class Load, class Store>
+__device__ __forceinline__ void batched_fill(int n, const Load& load, const Store& store) {
+  for (int base = int(threadIdx.x); base < n; base += kLoadBatch * kChunkThreads) {
+    decltype(load(0)) val[kLoadBatch];
+#pragma unroll
+    for (int u = 0; u < kLoadBatch; ++u)
+      if (base + u * kChunkThreads < n) val[u] = load(base + u * kChunkThreads);
+#pragma unroll
+    for (int u = 0; u < kLoadBatch; ++u)
+      if (base + u * kChunkThreads < n) store(base + u * kChunkThreads, val[u]);
+  }
+}
+
+// dst[i][a] (pitch dpitch) = src[i * stride + a] for i < n_valid and
+// a < cols, zero elsewhere in rows x cols_pad, over a block's threads: by
+// cp.async (the caller commits and waits) where vec (cols, stride and src
+// multiples of 16 bytes, dst and dpitch too), else by plain loads.
+__device__ __forceinline__ void load_tile(float* dst, int dpitch, const float* src, int64_t stride, int rows,
+                                          int n_valid, int cols, int cols_pad, bool vec) {
+  if (vec) {
+    const int per_row = cols_pad / 4;
+    for (int idx = int(threadIdx.x); idx < rows * per_row; idx += kChunkThreads) {
+      const int i = idx / per_row, a = 4 * (idx % per_row);
+      const bool in = i < n_valid && a < cols;
+      cp_async16(dst + i * dpitch + a, in ? src + i * stride + a : src, in);
+    }
+  } else {
+    for (int idx = int(threadIdx.x); idx < rows * cols_pad; idx += kChunkThreads) {
+      const int i = idx / cols_pad, a = idx % cols_pad;
+      dst[i * dpitch + a] = i < n_valid && a < cols ? src[i * stride + a] : 0.0f;
+    }
+  }
+}
+__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
 // Shared memory of the prep kernel, in floats: K and scaled Q [Cp][pk], A
-// (then T) and QK [Cp][pc], the right-hand sides (then [U | W]) [Cp][pr],
-// gc and beta. [U | W]'s columns: U in [0, dv), W in [dvr, dvr + dk), zero
-// elsewhere up to nr, a multiple of 32 (a warp's group of columns).
+// (then T') and P [Cp][pc], gc and beta.
 struct PrepSmem {
-  int Cp, dkr, dvr, nr;
-  __host__ __device__ PrepSmem(int C, int dk, int dv)
-      : Cp(round16(C)), dkr(round16(dk)), dvr(round8(dv)), nr(round32(round8(dv) + round16(dk))) {}
+  int Cp, dkr;
+  __host__ __device__ PrepSmem(int C, int dk) : Cp(round16(C)), dkr(round16(dk)) {}
   __host__ __device__ int pk() const { return pitch_rows(dkr); }
   __host__ __device__ int pc() const { return pitch_rows(Cp); }
-  __host__ __device__ int pr() const { return pitch_cols(nr); }
   __host__ __device__ int64_t k() const { return 0; }
   __host__ __device__ int64_t q() const { return k() + int64_t(Cp) * pk(); }
   __host__ __device__ int64_t a() const { return q() + int64_t(Cp) * pk(); }
-  __host__ __device__ int64_t qk() const { return a() + int64_t(Cp) * pc(); }
-  __host__ __device__ int64_t r() const { return qk() + int64_t(Cp) * pc(); }
-  __host__ __device__ int64_t gc() const { return r() + int64_t(Cp) * pr(); }
+  __host__ __device__ int64_t p() const { return a() + int64_t(Cp) * pc(); }
+  __host__ __device__ int64_t gc() const { return p() + int64_t(Cp) * pc(); }
   __host__ __device__ int64_t beta() const { return gc() + Cp; }
   __host__ __device__ int64_t total() const { return beta() + Cp; }
 };
 
 // grid: (chunks of the segment, n_head); block: kChunkThreads.
 __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
-    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-    const float* __restrict__ g, const float* __restrict__ beta, float scale, int C, int n_head_k, int n_head, int dk,
-    int dv, const RecurrentRow* __restrict__ rows, int n_rows, int b0, ChunkScratch sc, float* __restrict__ scratch) {
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ g,
+    const float* __restrict__ beta, float scale, int C, int n_head_k, int n_head, int dk,
+    const RecurrentRow* __restrict__ rows, int n_rows, int b0, ChunkScratch sc, float* __restrict__ scratch) {
   pdl_entry();
   extern __shared__ float smem[];
   // This block's (row, chunk): chunk b0 + blockIdx.x of the rows in order.
@@ -472,23 +523,27 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
   const RecurrentRow row = rows[r];
   const int c0 = b * C, n = min(C, row.n_tokens - c0), h = int(blockIdx.y), hk = h / (n_head / n_head_k);
   const int64_t t0 = int64_t(row.token_begin) + c0, cb = int64_t(blockIdx.x);  // its place in the segment
-  const PrepSmem L(C, dk, dv);
-  const int Cp = L.Cp, dkr = L.dkr, dvr = L.dvr, nr = L.nr, pk = L.pk(), pc = L.pc(), pr = L.pr();
-  float* sK = smem + L.k();    // [Cp][pk]
-  float* sQ = smem + L.q();    // [Cp][pk], scaled
-  float* sA = smem + L.a();    // [Cp][pc]: A, then T
-  float* sQK = smem + L.qk();  // [Cp][pc]
-  float* sR = smem + L.r();    // [Cp][pr]: right-hand sides, then [U | W]
+  const PrepSmem L(C, dk);
+  const int Cp = L.Cp, dkr = L.dkr, pk = L.pk(), pc = L.pc();
+  float* sK = smem + L.k();  // [Cp][pk]
+  float* sQ = smem + L.q();  // [Cp][pk], scaled
+  float* sA = smem + L.a();  // [Cp][pc]: A, then T'
+  float* sP = smem + L.p();  // [Cp][pc]
   float* sGc = smem + L.gc();
   float* sBeta = smem + L.beta();
   const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
-  for (int idx = tid; idx < Cp * dkr; idx += kChunkThreads) {  // rows past n, columns past dk: zero
-    const int i = idx / dkr, a = idx % dkr;
-    const bool in = i < n && a < dk;
-    const int64_t src = ((t0 + i) * n_head_k + hk) * dk + a;
-    sK[i * pk + a] = in ? k[src] : 0.0f;
-    sQ[i * pk + a] = in ? q[src] * scale : 0.0f;
-  }
+  batched_fill(  // rows past n, columns past dk: zero
+      Cp * dkr,
+      [&](int idx) {
+        const int i = idx / dkr, a = idx % dkr;
+        const int64_t src = ((t0 + i) * n_head_k + hk) * dk + a;
+        return i < n && a < dk ? make_float2(k[src], q[src]) : make_float2(0.0f, 0.0f);
+      },
+      [&](int idx, float2 kq) {
+        const int i = idx / dkr, a = idx % dkr;
+        sK[i * pk + a] = kq.x;
+        sQ[i * pk + a] = kq.y * scale;
+      });
   for (int i = tid; i < Cp; i += kChunkThreads) {
     sGc[i] = i < n ? g[(t0 + i) * n_head + h] : 0.0f;
     sBeta[i] = i < n ? beta[(t0 + i) * n_head + h] : 0.0f;
@@ -507,28 +562,19 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
     if (lane == 0) before = 0.0f;
     if (2 * lane < n) sGc[2 * lane] = before + x0;
     if (2 * lane + 1 < n) sGc[2 * lane + 1] = before + x0 + x1;
+    __syncwarp();
+    float* dec = scratch + sc.decays(cb, h);  // exp(gc), scale exp(gc), exp(gl - gc), exp(gl)
+    const float gl = sGc[n - 1];
+    for (int i = lane; i < Cp; i += 32) {
+      const float e = i < n ? expf(sGc[i]) : 0.0f;
+      dec[i] = e;
+      dec[Cp + i] = scale * e;
+      dec[2 * Cp + i] = i < n ? expf(gl - sGc[i]) : 0.0f;
+    }
+    if (lane < 4) dec[3 * Cp + lane] = lane == 0 ? expf(gl) : 0.0f;
   }
   __syncthreads();
-  // Right-hand sides [beta v | beta exp(gc) k], zero past n and in the pads.
-  for (int idx = tid; idx < Cp * nr; idx += kChunkThreads) {
-    const int i = idx / nr, x = idx % nr;
-    float val = 0.0f;
-    if (i < n) {
-      if (x < dv)
-        val = sBeta[i] * v[((t0 + i) * n_head + h) * dv + x];
-      else if (x >= dvr && x < dvr + dk)
-        val = sBeta[i] * expf(sGc[i]) * sK[i * pk + (x - dvr)];
-    }
-    sR[i * pr + x] = val;
-  }
-  // Kd (zero past n and dk) and the decay over the chunk.
-  float* kd_out = scratch + sc.kd(cb, h);
-  for (int idx = tid; idx < Cp * dkr; idx += kChunkThreads) {
-    const int i = idx / dkr, a = idx % dkr;
-    kd_out[idx] = i < n ? sK[i * pk + a] * expf(sGc[n - 1] - sGc[i]) : 0.0f;
-  }
-  if (tid == 0) scratch[sc.el(cb, h)] = expf(sGc[n - 1]);
-  // A and QK: warp w the 16 x 32 block at rows 16 (w % 4), columns 32 (w / 4)
+  // A and P: warp w the 16 x 32 block at rows 16 (w % 4), columns 32 (w / 4)
   // of both (K Kᵀ and Q Kᵀ share their B fragments).
   {
     static_assert(kChunkWarps == 8 && kMaxChunk == 64, "8 warps cover a 64 x 64 chunk in 16 x 32 blocks");
@@ -538,15 +584,7 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
       const auto kat = [&](int i, int a) { return sK[i * pk + a]; };
       const auto qat = [&](int i, int a) { return sQ[i * pk + a]; };
       const auto ktat = [&](int a, int j) { return sK[j * pk + a]; };  // Kᵀ; rows past Cp read sQ's, not kept
-      for (int k0 = 0; k0 < dkr; k0 += 8) {
-        const FragA fk = frag_a(kat, m0, k0), fq = frag_a(qat, m0, k0);
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          const FragB fb = frag_b(ktat, k0, n0 + 8 * nt);
-          mma3(kk[nt], fk, fb);
-          mma3(qk[nt], fq, fb);
-        }
-      }
+      warp_mma_pair(kk, qk, kat, qat, ktat, m0, n0, dkr);
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -556,14 +594,14 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
           const bool lower = i < n && j <= i;
           const float d = lower ? expf(sGc[i] - sGc[j]) : 0.0f;
           sA[i * pc + j] = j < i ? sBeta[i] * kk[nt][e] * d : 0.0f;
-          sQK[i * pc + j] = qk[nt][e] * d;
+          sP[i * pc + j] = qk[nt][e] * d;
         }
     }
   }
   __syncthreads();
   // T = (I + A)^-1 by forward substitution on the identity: column c by
   // threads 4c .. 4c + 3, thread s holding T[j][c] for j = s mod 4 and
-  // summing those terms of each row's sum.
+  // summing those terms of each row's sum. Stored as T' = T diag(beta).
   {
     static_assert(kChunkThreads == 4 * kMaxChunk, "4 threads a column of T");
     const int c = tid / 4, s = tid % 4;
@@ -580,77 +618,65 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
       if (s == i % 4) x[i / 4] = (i == c ? 1.0f : 0.0f) - part;
     }
     __syncthreads();  // every column is done reading A
-    if (c < Cp)
+    if (c < Cp) {
+      const float bc = sBeta[c];  // zero past n: so are T''s columns there (and its rows, T's being the identity's)
 #pragma unroll
       for (int u = 0; u < kMaxChunk / 4; ++u)
-        if (4 * u + s < Cp) sA[(4 * u + s) * pc + c] = x[u];
+        if (4 * u + s < Cp) sA[(4 * u + s) * pc + c] = x[u] * bc;
+    }
   }
   __syncthreads();
-  // [U | W] = T R, then P = QK [U | W]: warp w owns the groups of 32 columns
-  // w, w + 8, ... A column of either product depends on that column alone, so
-  // a warp overwrites its own columns of R with [U | W] in place.
-  float* at_out = scratch + sc.at(cb, h);  // [dkr][2 Cp]
-  float* u_out = scratch + sc.u(cb, h);    // [Cp][dv]
-  float* o0_out = scratch + sc.o0(cb, h);  // [Cp][dv]
-  const int n_mt = Cp / 16;
-  const auto tat = [&](int i, int j) { return sA[i * pc + j]; };
-  const auto qkat = [&](int i, int j) { return sQK[i * pc + j]; };
-  const auto rat = [&](int j, int x) { return sR[j * pr + x]; };
-  for (int x0 = 32 * warp; x0 < nr; x0 += 32 * kChunkWarps) {
-    float acc[kMaxChunk / 16][4][4] = {};
-    warp_mma(acc, tat, rat, 0, n_mt, x0, Cp);
-    __syncwarp();  // every lane is done reading these columns of R
-#pragma unroll
-    for (int mt = 0; mt < kMaxChunk / 16; ++mt)
+  // T' out, and P T': warp w the 16 x 32 block as above.
+  float* t_out = scratch + sc.t(cb, h);    // [Cp][Cp]
+  float* pt_out = scratch + sc.pt(cb, h);  // [Cp][Cp]
+  for (int idx = tid; idx < Cp * Cp; idx += kChunkThreads) t_out[idx] = sA[(idx / Cp) * pc + idx % Cp];
+  {
+    const int m0 = 16 * (warp % 4), n0 = 32 * (warp / 4);
+    if (m0 < Cp && n0 < Cp) {
+      float acc[4][4] = {};
+      const auto pat = [&](int i, int j) { return sP[i * pc + j]; };
+      const auto tat = [&](int j, int x) { return sA[j * pc + x]; };  // columns past Cp read the next row's: not kept
+      warp_mma(acc, pat, tat, m0, n0, Cp);
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          if (mt < n_mt) sR[(16 * mt + acc_row(e)) * pr + x0 + 8 * nt + acc_col(e)] = acc[mt][nt][e];
-          acc[mt][nt][e] = 0.0f;
+          const int i = m0 + acc_row(e), j = n0 + 8 * nt + acc_col(e);
+          if (j < Cp) pt_out[i * Cp + j] = acc[nt][e];
         }
-    __syncwarp();
-    warp_mma(acc, qkat, rat, 0, n_mt, x0, Cp);
-#pragma unroll
-    for (int mt = 0; mt < kMaxChunk / 16; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if (mt >= n_mt) continue;
-          const int i = 16 * mt + acc_row(e), x = x0 + 8 * nt + acc_col(e);
-          const float uw = sR[i * pr + x];  // this lane's own element
-          if (x < dv) {
-            u_out[int64_t(i) * dv + x] = uw;
-            o0_out[int64_t(i) * dv + x] = acc[mt][nt][e];
-          } else if (x >= dvr && x < dvr + dkr) {
-            const int a = x - dvr;
-            at_out[int64_t(a) * 2 * Cp + Cp + i] = uw;
-            at_out[int64_t(a) * 2 * Cp + i] = expf(sGc[i]) * sQ[i * pk + a] - acc[mt][nt][e];
-          }
-        }
+    }
   }
 }
 
-// Shared memory of the scan kernel, in floats: the state tile [dkr][ps],
-// [Q'; W]ᵀ of a chunk [dkr][pb], its Kd [Cp][pd] and v_new [Cp][ps].
+// Shared memory of the scan kernel, in floats: the state tile [dkr][ps];
+// K of two chunks [2][Cp][pk] (this one's and the next's, in flight); Q
+// [Cp][pk], T' and P T' [Cp][pt] of this chunk; v's 32 columns of two
+// chunks [2][Cp][ps]; x and exp(gl - gc) v_new [Cp][ps]; the decays of two
+// chunks [2][nd].
 struct ScanSmem {
   int Cp, dkr;
   __host__ __device__ ScanSmem(int C, int dk) : Cp(round16(C)), dkr(round16(dk)) {}
   __host__ __device__ int ps() const { return pitch_cols(kScanColumns); }
-  __host__ __device__ int pb() const { return pitch_cols(2 * Cp); }
-  __host__ __device__ int pd() const { return pitch_cols(dkr); }
+  __host__ __device__ int pk() const { return pitch_rows(dkr); }
+  __host__ __device__ int pt() const { return pitch_rows(Cp); }
+  __host__ __device__ int nd() const { return 3 * Cp + 4; }
   __host__ __device__ int64_t s() const { return 0; }
-  __host__ __device__ int64_t buf() const { return s() + int64_t(dkr) * ps(); }
-  __host__ __device__ int64_t kd() const { return buf() + int64_t(dkr) * pb(); }
-  __host__ __device__ int64_t vn() const { return kd() + int64_t(Cp) * pd(); }
-  __host__ __device__ int64_t total() const { return vn() + int64_t(Cp) * ps(); }
+  __host__ __device__ int64_t k() const { return s() + int64_t(dkr) * ps(); }
+  __host__ __device__ int64_t q() const { return k() + 2 * int64_t(Cp) * pk(); }
+  __host__ __device__ int64_t t() const { return q() + int64_t(Cp) * pk(); }
+  __host__ __device__ int64_t pt_() const { return t() + int64_t(Cp) * pt(); }
+  __host__ __device__ int64_t v() const { return pt_() + int64_t(Cp) * pt(); }
+  __host__ __device__ int64_t x() const { return v() + 2 * int64_t(Cp) * ps(); }
+  __host__ __device__ int64_t vn() const { return x() + int64_t(Cp) * ps(); }
+  __host__ __device__ int64_t dec() const { return vn() + int64_t(Cp) * ps(); }
+  __host__ __device__ int64_t total() const { return dec() + 2 * int64_t(nd()); }
 };
 
 // grid: (n_rows, n_head, ceil(dv / 32)); block: kChunkThreads. Chunks
 // b0..b1 - 1 of the segment.
 __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_scan_kernel(
-    int C, int n_head, int dk, int dv, const RecurrentRow* __restrict__ rows, int b0, int b1, ChunkScratch sc,
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, int C, int n_head_k,
+    int n_head, int dk, int dv, const RecurrentRow* __restrict__ rows, int b0, int b1, ChunkScratch sc,
     const float* __restrict__ scratch, float* __restrict__ state, float* __restrict__ out) {
   pdl_entry();
   extern __shared__ float smem[];
@@ -661,94 +687,136 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_scan_kernel(
   // The row's chunks in this segment (uniform over the block).
   const int lo = max(0, b0 - base), hi = min(chunks_of(row, C), b1 - base);
   if (lo >= hi) return;
-  const int h = blockIdx.y, col0 = blockIdx.z * kScanColumns, ncol = min(kScanColumns, dv - col0);
+  const int h = blockIdx.y, hk = h / (n_head / n_head_k), col0 = blockIdx.z * kScanColumns,
+            ncol = min(kScanColumns, dv - col0);
   const ScanSmem L(C, dk);
-  const int Cp = L.Cp, dkr = L.dkr, ps = L.ps(), pb = L.pb(), pd = L.pd();
-  float* sS = smem + L.s();      // [dkr][ps]
-  float* sBuf = smem + L.buf();  // [dkr][pb]
-  float* sKd = smem + L.kd();    // [Cp][pd]
-  float* sV = smem + L.vn();     // [Cp][ps]
+  const int Cp = L.Cp, dkr = L.dkr, ps = L.ps(), pk = L.pk(), pt = L.pt(), nd = L.nd();
+  float* sS = smem + L.s();     // [dkr][ps]
+  float* sK = smem + L.k();     // [2][Cp][pk]
+  float* sQ = smem + L.q();     // [Cp][pk]
+  float* sT = smem + L.t();     // [Cp][pt]
+  float* sPT = smem + L.pt_();  // [Cp][pt]
+  float* sV = smem + L.v();     // [2][Cp][ps]
+  float* sX = smem + L.x();     // [Cp][ps]
+  float* sVn = smem + L.vn();   // [Cp][ps]
+  float* sDec = smem + L.dec();  // [2][nd]
   const int tid = int(threadIdx.x), warp = tid / 32;
+  const bool vec_qk = dk % 4 == 0 && aligned16(q) && aligned16(k), vec_v = dv % 4 == 0 && aligned16(v);
   float* S = state + (int64_t(row.slot) * n_head + h) * dk * dv;  // [dk, dv]
-  for (int idx = tid; idx < dkr * kScanColumns; idx += kChunkThreads) {
-    const int a = idx / kScanColumns, j = idx % kScanColumns;
-    sS[a * ps + j] = a < dk && j < ncol ? S[int64_t(a) * dv + col0 + j] : 0.0f;
-  }
-  const auto load_buf = [&](int c) {  // [Q'; W]ᵀ of the row's chunk c
-    const float* src = scratch + sc.at(base + c - b0, h);
-    const int per_row = 2 * Cp / 4;
-    for (int idx = tid; idx < dkr * per_row; idx += kChunkThreads) {
-      const int a = idx / per_row, c4 = idx % per_row;
-      cp_async16(sBuf + a * pb + 4 * c4, src + int64_t(a) * 2 * Cp + 4 * c4, true);
+  batched_fill(
+      dkr * kScanColumns,
+      [&](int idx) {
+        const int a = idx / kScanColumns, j = idx % kScanColumns;
+        return a < dk && j < ncol ? S[int64_t(a) * dv + col0 + j] : 0.0f;
+      },
+      [&](int idx, float val) { sS[(idx / kScanColumns) * ps + idx % kScanColumns] = val; });
+  // Copies in flight, as cp.async groups in the order issued: K, v and the
+  // decays of chunk c + 1 (other buffers) as chunk c starts; Q of c + 1 once
+  // c's products with Q are done, T' and P T' of c + 1 once c's with them
+  // are. A group past the row's last chunk is empty.
+  const auto tokens = [&](int c) { return min(C, row.n_tokens - c * C); };
+  const auto first = [&](int c) { return int64_t(row.token_begin) + int64_t(c) * C; };
+  const auto load_kv = [&](int c) {
+    if (c < hi) {
+      const int n = tokens(c);
+      const int64_t t0 = first(c);
+      load_tile(sK + (c & 1) * Cp * pk, pk, k + (t0 * n_head_k + hk) * dk, int64_t(n_head_k) * dk, Cp, n, dk, dkr,
+                vec_qk);
+      load_tile(sV + (c & 1) * Cp * ps, ps, v + (t0 * n_head + h) * dv + col0, int64_t(n_head) * dv, Cp, n, ncol,
+                kScanColumns, vec_v);
+      load_tile(sDec + (c & 1) * nd, nd, scratch + sc.decays(base + c - b0, h), 0, 1, 1, nd, nd, true);
     }
     cp_async_commit();
   };
-  const auto load_kd = [&](int c) {
-    const float* src = scratch + sc.kd(base + c - b0, h);
-    const int per_row = dkr / 4;
-    for (int idx = tid; idx < Cp * per_row; idx += kChunkThreads) {
-      const int i = idx / per_row, c4 = idx % per_row;
-      cp_async16(sKd + i * pd + 4 * c4, src + int64_t(i) * dkr + 4 * c4, true);
+  const auto load_q = [&](int c) {
+    if (c < hi)
+      load_tile(sQ, pk, q + (first(c) * n_head_k + hk) * dk, int64_t(n_head_k) * dk, Cp, tokens(c), dk, dkr, vec_qk);
+    cp_async_commit();
+  };
+  const auto load_t = [&](int c) {
+    if (c < hi) {
+      load_tile(sT, pt, scratch + sc.t(base + c - b0, h), Cp, Cp, Cp, Cp, Cp, true);
+      load_tile(sPT, pt, scratch + sc.pt(base + c - b0, h), Cp, Cp, Cp, Cp, Cp, true);
     }
     cp_async_commit();
   };
-  const auto bufat = [&](int m, int a) { return sBuf[a * pb + m]; };  // [Q'; W]
+  // Warp w's tile of the chunk's products with its tokens: rows 16 (w % 4),
+  // columns 16 (w / 4), both 16 long.
+  const int m0 = 16 * (warp % 4), n0 = 16 * (warp / 4);
+  const bool has_tile = m0 < Cp;
   const auto sat = [&](int a, int j) { return sS[a * ps + j]; };
-  const auto kdat = [&](int a, int i) { return sKd[i * pd + a]; };  // Kdᵀ
-  const auto vat = [&](int i, int j) { return sV[i * ps + j]; };
-  load_buf(lo);
+  const auto qat = [&](int i, int a) { return sQ[i * pk + a]; };
+  const auto tat = [&](int i, int j) { return sT[i * pt + j]; };
+  const auto ptat = [&](int i, int j) { return sPT[i * pt + j]; };
+  const auto xat = [&](int i, int j) { return sX[i * ps + j]; };
+  const auto vnat = [&](int i, int j) { return sVn[i * ps + j]; };
+  load_kv(lo);
+  load_q(lo);
+  load_t(lo);
   for (int c = lo; c < hi; ++c) {
-    const int n = min(C, row.n_tokens - c * C);
-    const int64_t t0 = int64_t(row.token_begin) + int64_t(c) * C, b = base + c - b0;  // b: in the segment's scratch
-    load_kd(c);  // the previous chunk's update is done with sKd
-    cp_async_wait<1>();
-    __syncthreads();  // this chunk's [Q'; W]ᵀ is in
-    // [Q'; W] S: warp w the m-tiles w, w + 8, ... of its 2 Cp rows. Rows
-    // [0, Cp) are Q' S, the outputs less O0; rows [Cp, 2 Cp) are W S, giving
-    // v_new = U - W S (zero past n and ncol).
-    const float* u_in = scratch + sc.u(b, h) + col0;
-    const float* o0_in = scratch + sc.o0(b, h) + col0;
-    for (int mt = warp; mt < 2 * Cp / 16; mt += kChunkWarps) {
-      float acc[1][4][4] = {};
-      warp_mma(acc, bufat, sat, 16 * mt, 1, 0, dkr);
+    const int n = tokens(c);
+    const int64_t t0 = first(c);
+    const float* kb = sK + (c & 1) * Cp * pk;
+    const float* vb = sV + (c & 1) * Cp * ps;
+    const float* db = sDec + (c & 1) * nd;  // exp(gc), scale exp(gc), exp(gl - gc), exp(gl)
+    const auto kat = [&](int i, int a) { return kb[i * pk + a]; };
+    const auto ktat = [&](int a, int i) { return kb[i * pk + a]; };  // Kᵀ
+    load_kv(c + 1);  // the previous chunk is done with those buffers
+    cp_async_wait<2>();
+    __syncthreads();  // K, v, the decays and Q of chunk c are in
+    // K S and Q S. x = v - exp(gc) (K S) to shared memory (zero past n and
+    // ncol: K, v and the decay are); scale exp(gc) (Q S) kept, the outputs
+    // less (P T') x.
+    float o[2][4] = {};
+    if (has_tile) {
+      float ks[2][4] = {};
+      warp_mma_pair(ks, o, kat, qat, sat, m0, n0, dkr);
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
+      for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int m = 16 * mt + acc_row(e), j = 8 * nt + acc_col(e);
-          if (m < Cp) {
-            if (m < n && j < ncol) out[((t0 + m) * n_head + h) * dv + col0 + j] = acc[0][nt][e] + o0_in[int64_t(m) * dv + j];
-          } else {
-            const int i = m - Cp;
-            sV[i * ps + j] = i < n && j < ncol ? u_in[int64_t(i) * dv + j] - acc[0][nt][e] : 0.0f;
-          }
+          const int i = m0 + acc_row(e), j = n0 + 8 * nt + acc_col(e);
+          sX[i * ps + j] = vb[i * ps + j] - db[i] * ks[nt][e];
+          o[nt][e] *= db[Cp + i];
         }
     }
-    __syncthreads();  // sBuf is free, v_new complete
-    if (c + 1 < hi) {
-      load_buf(c + 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
+    __syncthreads();  // x complete; Q free
+    load_q(c + 1);
+    cp_async_wait<2>();
+    __syncthreads();  // T' and P T' of chunk c are in
+    // v_new = T' x, kept as exp(gl - gc) v_new for the state; out += (P T') x.
+    if (has_tile) {
+      float vn[2][4] = {};
+      warp_mma_pair(vn, o, tat, ptat, xat, m0, n0, Cp);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = m0 + acc_row(e), j = n0 + 8 * nt + acc_col(e);
+          sVn[i * ps + j] = db[2 * Cp + i] * vn[nt][e];
+          if (i < n && j < ncol) out[((t0 + i) * n_head + h) * dv + col0 + j] = o[nt][e];
+        }
     }
-    __syncthreads();  // Kd is in
-    // S <- el S + Kdᵀ v_new: warp w the m-tiles w, w + 8, ... of the dkr
-    // state rows, each read and written by its own lanes only.
-    const float el = scratch[sc.el(b, h)];
+    __syncthreads();  // v_new complete; T' and P T' free
+    load_t(c + 1);
+    // S <- exp(gl) S + Kᵀ (exp(gl - gc) v_new): warp w the state rows
+    // 16 w, 16 (w + 8), ..., each read and written by its own lanes only.
+    const float el = db[3 * Cp];
     for (int mt = warp; mt < dkr / 16; mt += kChunkWarps) {
-      float acc[1][4][4];
+      float acc[4][4];
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[0][nt][e] = el * sS[(16 * mt + acc_row(e)) * ps + 8 * nt + acc_col(e)];
-      warp_mma(acc, kdat, vat, 16 * mt, 1, 0, Cp);
+        for (int e = 0; e < 4; ++e) acc[nt][e] = el * sS[(16 * mt + acc_row(e)) * ps + 8 * nt + acc_col(e)];
+      warp_mma(acc, ktat, vnat, 16 * mt, 0, Cp);
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) sS[(16 * mt + acc_row(e)) * ps + 8 * nt + acc_col(e)] = acc[0][nt][e];
+        for (int e = 0; e < 4; ++e) sS[(16 * mt + acc_row(e)) * ps + 8 * nt + acc_col(e)] = acc[nt][e];
     }
-    __syncthreads();  // the next chunk reads the state and refills sKd
+    __syncthreads();  // the next chunk reads the state and refills this chunk's buffers
   }
+  cp_async_wait<0>();
   for (int idx = tid; idx < dkr * kScanColumns; idx += kChunkThreads) {
     const int a = idx / kScanColumns, j = idx % kScanColumns;
     if (a < dk && j < ncol) S[int64_t(a) * dv + col0 + j] = sS[a * ps + j];
@@ -868,14 +936,14 @@ void gated_delta_rule_chunked(const float* q, const float* k, const float* v, co
   // differs by rounding only.
   int C = int(chunk_size);
   auto smem_bytes = [&](int c) {
-    return std::max(PrepSmem(c, dk, dv).total(), ScanSmem(c, dk).total()) * int64_t(sizeof(float));
+    return std::max(PrepSmem(c, dk).total(), ScanSmem(c, dk).total()) * int64_t(sizeof(float));
   };
   while (C > 16 && smem_bytes(C) > 227 * 1024) C /= 2;
   if (smem_bytes(C) > 227 * 1024)
     fail("[gated_delta_rule_chunked] head dims ", dk, " x ", dv, " need more shared memory than a block has");
   const int64_t n_chunks = ceil_div(n_tokens, int64_t(C)) + n_rows;  // a bound: rows may end mid-chunk
   if (n_chunks > 0x7fffffff) fail("[gated_delta_rule_chunked] ", n_tokens, " tokens exceed one launch");
-  const ChunkScratch sc{std::min<int64_t>(n_chunks, kSegmentChunks), H, round16(C), round16(dk), dv};
+  const ChunkScratch sc{std::min<int64_t>(n_chunks, kSegmentChunks), H, round16(C)};
   float* scratch = static_cast<float*>(context().delta_rule_scratch(size_t(sc.total()) * sizeof(float), s));
   auto grant = [](auto kernel, size_t smem, size_t& granted) {  // raised once as needed
     if (smem > 48 * 1024 && smem > granted) {
@@ -883,7 +951,7 @@ void gated_delta_rule_chunked(const float* q, const float* k, const float* v, co
       granted = smem;
     }
   };
-  const size_t prep_smem = size_t(PrepSmem(C, dk, dv).total()) * sizeof(float);
+  const size_t prep_smem = size_t(PrepSmem(C, dk).total()) * sizeof(float);
   const size_t scan_smem = size_t(ScanSmem(C, dk).total()) * sizeof(float);
   static size_t prep_granted = 0, scan_granted = 0;
   grant(gdr_chunk_prep_kernel, prep_smem, prep_granted);
@@ -891,11 +959,11 @@ void gated_delta_rule_chunked(const float* q, const float* k, const float* v, co
   for (int64_t b0 = 0; b0 < n_chunks; b0 += sc.nb) {
     const int64_t b1 = std::min(n_chunks, b0 + sc.nb);
     launch("gdr_chunk_prep_kernel", gdr_chunk_prep_kernel, dim3(unsigned(b1 - b0), unsigned(H)), dim3(kChunkThreads),
-           prep_smem, s, q, k, v, g, beta, scale, C, int(d.n_head_k), H, dk, dv, rows, int(n_rows), int(b0), sc,
-           scratch);
+           prep_smem, s, q, k, g, beta, scale, C, int(d.n_head_k), H, dk, rows, int(n_rows), int(b0), sc, scratch);
     launch("gdr_chunk_scan_kernel", gdr_chunk_scan_kernel,
-           dim3(unsigned(n_rows), unsigned(H), blocks_for(dv, kScanColumns)), dim3(kChunkThreads), scan_smem, s, C, H,
-           dk, dv, rows, int(b0), int(b1), sc, static_cast<const float*>(scratch), state, out);
+           dim3(unsigned(n_rows), unsigned(H), blocks_for(dv, kScanColumns)), dim3(kChunkThreads), scan_smem, s, q, k,
+           v, C, int(d.n_head_k), H, dk, dv, rows, int(b0), int(b1), sc, static_cast<const float*>(scratch), state,
+           out);
   }
 }
 
