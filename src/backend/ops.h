@@ -314,6 +314,21 @@ void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v,
                               std::span<const RecurrentRow> rows, const Tensor& state, const Tensor& out,
                               const DeviceBatch* device = nullptr);
 
+// The chunked form's inputs from a Gated DeltaNet's input projection, in one
+// pass, bit for bit what these ops give in turn: proj's columns [0, C)
+// through causal_conv1d with SiLU (continuing each row's kept tail and
+// leaving its new one), its output split into q, k and v heads, q and k
+// through l2norm with qk_eps, and delta_rule_gates over b = proj[:, ba_col :
+// ba_col + n_head] and a = the next n_head columns. Only the rows' tokens are
+// written. proj: [n_tokens, P] f32; conv_w: [C, K] with C = 2 n_head_k
+// head_dim_k + n_head head_dim_v; conv_state: [n_slots, K-1, C]; q, k:
+// [n_tokens, n_head_k, head_dim_k]; v: [n_tokens, n_head, head_dim_v]; g,
+// beta: [n_tokens, n_head]; a_log, dt_bias: [n_head]. Rows must use distinct slots.
+void delta_rule_inputs(const Tensor& proj, int64_t ba_col, const Tensor& conv_w, const Tensor& a_log,
+                       const Tensor& dt_bias, float qk_eps, std::span<const RecurrentRow> rows,
+                       const Tensor& conv_state, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                       const Tensor& beta, const DeviceBatch* device = nullptr);
+
 // Keeps the inputs of every row of 2..n_pos tokens (a verify window) in its
 // slot's input history: the token at position p goes to inputs[slot, p % n_pos]
 // as [proj[t, 0:n_conv] | proj[t, n_conv + n_z : n_conv + n_z + 2 n_head]]
@@ -332,7 +347,9 @@ void load_recurrent_inputs(const Tensor& inputs, std::span<const RecurrentRow> r
                            const Tensor& out);
 
 // Qwen3NextRMSNormGated: y = w * (x / sqrt(mean(x²) + eps)) * silu(z) per row.
-// x, z, y: [M, D] f32 (y may alias x); w: [D] f32
+// x, y: [M, D] f32 (y may alias x); w: [D] f32; z: M·D f32 in rows of a
+// multiple of D, contiguous or a column slice of a wider tensor (the gate
+// columns of a projection, read in place), x's rows taking z's in order.
 void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, const Tensor& y);
 
 // y = x * sigmoid(gate); gate is [M, N] like x, or [M, 1] (one gate per row).

@@ -140,7 +140,7 @@ void causal_conv1d(const Tensor& x, const Tensor& w, std::span<const RecurrentRo
                         max_row_tokens(rows), conv_state.data<float>(), silu, out.data<float>(), cuda::stream());
     return;
   }
-  cpu::causal_conv1d(x.data<float>(), w.data<float>(), C, K, rows, conv_state.data<float>(), silu,
+  cpu::causal_conv1d(x.data<float>(), C, w.data<float>(), C, K, rows, conv_state.data<float>(), silu,
                      out.data<float>());
 }
 
@@ -283,6 +283,48 @@ void gated_delta_rule_chunked(const Tensor& q, const Tensor& k, const Tensor& v,
                                 out.data<float>());
 }
 
+void delta_rule_inputs(const Tensor& proj, int64_t ba_col, const Tensor& conv_w, const Tensor& a_log,
+                       const Tensor& dt_bias, float qk_eps, std::span<const RecurrentRow> rows,
+                       const Tensor& conv_state, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                       const Tensor& beta, const DeviceBatch* device) {
+  const char* op = "delta_rule_inputs";
+  const Device dev = proj.device();
+  require_all_on(op, dev, {{&proj, "proj"}, {&conv_w, "conv_w"}, {&a_log, "a_log"}, {&dt_bias, "dt_bias"},
+                           {&conv_state, "conv_state"}, {&q, "q"}, {&k, "k"}, {&v, "v"}, {&g, "g"}, {&beta, "beta"}});
+  require(proj.ndim() == 2 && conv_w.ndim() == 2 && conv_state.ndim() == 3 && q.ndim() == 3 && v.ndim() == 3, op,
+          "proj must be [n_tokens, P], conv_w [C, K], conv_state [n_slots, K-1, C], q, k [n_tokens, n_head_k, "
+          "head_dim_k], v [n_tokens, n_head, head_dim_v]; got ",
+          proj.shape_str(), ", ", conv_w.shape_str(), ", ", conv_state.shape_str(), ", ", q.shape_str(), ", ",
+          v.shape_str());
+  const int64_t T = proj.dim(0), P = proj.dim(1), C = conv_w.dim(0), K = conv_w.dim(1);
+  const cpu::DeltaRuleDims d{q.dim(1), v.dim(1), q.dim(2), v.dim(2)};
+  const int64_t H = d.n_head;
+  require(k.shape() == q.shape() && q.dim(0) == T && v.dim(0) == T && C == 2 * d.n_head_k * d.head_dim_k +
+              H * d.head_dim_v && K >= 1 && conv_state.dim(1) == K - 1 && conv_state.dim(2) == C,
+          op, "q ", q.shape_str(), ", k ", k.shape_str(), ", v ", v.shape_str(), ", conv_w ", conv_w.shape_str(),
+          ", conv_state ", conv_state.shape_str(), " disagree (C = 2 n_head_k head_dim_k + n_head head_dim_v)");
+  require(ba_col >= C && ba_col + 2 * H <= P && a_log.numel() == H && dt_bias.numel() == H &&
+              g.numel() == T * H && beta.numel() == T * H,
+          op, "proj ", proj.shape_str(), " must hold b and a (", 2 * H, " columns) from column ", ba_col,
+          " past the conv's ", C, "; a_log ", a_log.shape_str(), ", dt_bias ", dt_bias.shape_str(), ", g ",
+          g.shape_str(), ", beta ", beta.shape_str(), " must fit ", H, " heads");
+  check_recurrent_rows(op, rows, T, conv_state.dim(0));
+  if (dev == Device::CUDA) {
+    if (rows.empty()) return;
+    require(d.head_dim_k <= 256 && d.head_dim_v <= 1024, op, "head dims ", d.head_dim_k, " / ", d.head_dim_v,
+            " beyond the kernel's 256 / 1024");
+    std::shared_ptr<Buffer> keep;
+    cuda::delta_rule_inputs(proj.data<float>(), P, ba_col, conv_w.data<float>(), K, cuda_dims(d),
+                            a_log.data<float>(), dt_bias.data<float>(), qk_eps, device_rows(rows, device, keep),
+                            int64_t(rows.size()), max_row_tokens(rows), conv_state.data<float>(), q.data<float>(),
+                            k.data<float>(), v.data<float>(), g.data<float>(), beta.data<float>(), cuda::stream());
+    return;
+  }
+  cpu::delta_rule_inputs(proj.data<float>(), P, ba_col, conv_w.data<float>(), K, d, a_log.data<float>(),
+                         dt_bias.data<float>(), qk_eps, rows, conv_state.data<float>(), q.data<float>(),
+                         k.data<float>(), v.data<float>(), g.data<float>(), beta.data<float>());
+}
+
 void keep_recurrent_inputs(const Tensor& proj, int64_t n_conv, int64_t n_z, std::span<const RecurrentRow> rows,
                            const BatchView& batch, const Tensor& inputs) {
   const char* op = "keep_recurrent_inputs";
@@ -327,18 +369,25 @@ void load_recurrent_inputs(const Tensor& inputs, std::span<const RecurrentRow> r
 }
 
 void gated_rms_norm(const Tensor& x, const Tensor& z, const Tensor& w, float eps, const Tensor& y) {
+  const char* op = "gated_rms_norm";
   const Device dev = x.device();
-  require_all_on("gated_rms_norm", dev, {{&x, "x"}, {&z, "z"}, {&w, "w"}, {&y, "y"}});
-  const int64_t D = x.dim(-1);
-  require(w.numel() == D && z.numel() == x.numel() && y.numel() == x.numel() && z.dim(-1) == D &&
-              y.dim(-1) == D,
-          "gated_rms_norm", "x ", x.shape_str(), ", z ", z.shape_str(), ", w ", w.shape_str(), ", y ",
-          y.shape_str(), " disagree");
-  if (dev == Device::CUDA)
-    cuda::gated_rms_norm(x.data<float>(), z.data<float>(), w.data<float>(), eps, rows_of(x), D, y.data<float>(),
-                         cuda::stream());
+  require_all_on(op, dev, {{&x, "x"}, {&w, "w"}, {&y, "y"}});
+  // z: contiguous, or a 2-D view whose rows are strided (Tensor::slice_cols)
+  const bool z_view = z.defined() && !z.is_contiguous();
+  if (z_view)
+    require(z.ndim() == 2 && z.stride(1) == 1 && z.device() == dev && z.dtype() == DType::F32, op,
+            "z must be an f32 tensor, or rows of one (a 2-D column slice) on the op's device");
   else
-    cpu::gated_rms_norm(x.data<float>(), z.data<float>(), w.data<float>(), eps, rows_of(x), D, y.data<float>());
+    require_on(op, z, "z", dev);
+  const int64_t D = x.dim(-1), W = z.dim(-1), ldz = z_view ? z.stride(0) : W;
+  require(w.numel() == D && z.numel() == x.numel() && y.numel() == x.numel() && W % D == 0 && y.dim(-1) == D, op,
+          "x ", x.shape_str(), ", z ", z.shape_str(), ", w ", w.shape_str(), ", y ", y.shape_str(), " disagree");
+  if (dev == Device::CUDA)
+    cuda::gated_rms_norm(x.data<float>(), z.data<float>(), W, ldz, w.data<float>(), eps, rows_of(x), D,
+                         y.data<float>(), cuda::stream());
+  else
+    cpu::gated_rms_norm(x.data<float>(), z.data<float>(), W, ldz, w.data<float>(), eps, rows_of(x), D,
+                        y.data<float>());
 }
 
 }  // namespace augur::ops

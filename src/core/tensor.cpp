@@ -90,6 +90,14 @@ Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   return t;
 }
 
+Tensor Tensor::slice_cols(int64_t begin, int64_t end) const {
+  AUGUR_ASSERT(ndim_ == 2 && begin >= 0 && begin <= end && end <= shape_[1], "bad column slice");
+  Tensor t = *this;
+  t.offset_ = offset_ + size_t(begin * stride_[1]) * dtype_size(dtype_);
+  t.shape_[1] = end - begin;
+  return t;
+}
+
 std::string Tensor::shape_str() const {
   std::ostringstream os;
   os << '[';

@@ -96,6 +96,9 @@ class Tensor {
   Tensor reshape(std::initializer_list<int64_t> shape) const;
   // Rows [begin, end) of the outermost dimension.
   Tensor slice_rows(int64_t begin, int64_t end) const;
+  // Columns [begin, end) of a 2-D tensor: a view whose rows keep the parent's
+  // stride (contiguous only when it keeps every column).
+  Tensor slice_cols(int64_t begin, int64_t end) const;
 
   std::string shape_str() const;  // "[2, 64]"
 

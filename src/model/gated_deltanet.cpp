@@ -74,15 +74,6 @@ Tensor gated_deltanet_mix(const Tensor& x, const GatedDeltaNetWeights& w, const 
     ops::gated_rms_norm(core.reshape({H, dv}), z, w.norm, s.norm_eps, core.reshape({H, dv}));
     return core.reshape({1, H * dv});
   }
-  Tensor mixed = scratch.get("gdn.mixed", {T, C});
-  Tensor z = scratch.get("gdn.z", {T * H, dv});
-  Tensor b = scratch.get("gdn.b", {T, H});
-  Tensor a = scratch.get("gdn.a", {T, H});
-  ops::slice_cols(proj, 0, mixed);
-  ops::slice_cols(proj, C, z.reshape({T, V}));
-  ops::slice_cols(proj, C + V, b);
-  ops::slice_cols(proj, C + V + H, a);
-  const auto [q, k, v] = conv_heads(mixed, w, s, rows, state, scratch, layout);
   // The delta rule, each row in the form its length asks for. Short rows
   // (verify windows, short chunks) take the decode step's op, which folds
   // the q/k l2 norms and the gates into the recurrence: a token's result is
@@ -92,22 +83,34 @@ Tensor gated_deltanet_mix(const Tensor& x, const GatedDeltaNetWeights& w, const 
   for (const auto& r : rows) (r.n_tokens <= kRecurrentFormMaxTokens ? short_rows : long_rows).push_back(r);
   Tensor core = scratch.get("gdn.core", {T, H, dv});
   const float scale = 1.0f / std::sqrt(float(dk));
-  if (!short_rows.empty())
+  if (!short_rows.empty()) {
+    Tensor mixed = scratch.get("gdn.mixed", {T, C});
+    Tensor b = scratch.get("gdn.b", {T, H});
+    Tensor a = scratch.get("gdn.a", {T, H});
+    ops::slice_cols(proj, 0, mixed);
+    ops::slice_cols(proj, C + V, b);
+    ops::slice_cols(proj, C + V + H, a);
+    const auto [q, k, v] = conv_heads(mixed, w, s, short_rows, state, scratch, layout);
     ops::gated_delta_rule_step(q, k, v, a, b, w.a_log, w.dt_bias, 1e-6f, scale, short_rows, state.state, core,
                                layout);
+  }
   if (!long_rows.empty()) {
     // use_qk_l2norm_in_kernel: l2norm with eps 1e-6 on every q and k head;
-    // g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b).
-    ops::l2norm(q.reshape({T * Hk, dk}), 1e-6f, q.reshape({T * Hk, dk}));
-    ops::l2norm(k.reshape({T * Hk, dk}), 1e-6f, k.reshape({T * Hk, dk}));
+    // g = -exp(A_log) * softplus(a + dt_bias); beta = sigmoid(b). Made from
+    // proj in place, in one pass (a short row's tokens are not touched).
+    Tensor q = scratch.get("gdn.q", {T, Hk, dk}), k = scratch.get("gdn.k", {T, Hk, dk});
+    Tensor v = scratch.get("gdn.v", {T, H, dv});
     Tensor g = scratch.get("gdn.g", {T, H});
     Tensor beta = scratch.get("gdn.beta", {T, H});
-    ops::delta_rule_gates(a, b, w.a_log, w.dt_bias, g, beta);
+    ops::delta_rule_inputs(proj, C + V, w.conv, w.a_log, w.dt_bias, 1e-6f, long_rows, state.conv, q, k, v, g, beta,
+                           layout);
     ops::gated_delta_rule_chunked(q, k, v, g, beta, scale, kDeltaRuleChunk, long_rows, state.state, core, layout);
   }
 
-  // Gated RMSNorm per value head (out_proj follows in the caller).
-  ops::gated_rms_norm(core.reshape({T * H, dv}), z, w.norm, s.norm_eps, core.reshape({T * H, dv}));
+  // Gated RMSNorm per value head, z read in place from proj (out_proj follows
+  // in the caller).
+  ops::gated_rms_norm(core.reshape({T * H, dv}), proj.slice_cols(C, C + V), w.norm, s.norm_eps,
+                      core.reshape({T * H, dv}));
   return core.reshape({T, H * dv});
 }
 

@@ -175,6 +175,78 @@ TEST(GatedRmsNorm, MatchesScalarReference) {
   }
 }
 
+// z read in place as a column slice of a wider tensor (a projection's gate
+// columns, one row a token of n heads) gives the bits of a contiguous z.
+TEST(GatedRmsNorm, ReadsZAsAColumnSliceInPlace) {
+  std::mt19937 rng(14);
+  const int64_t T = 5, H = 3, D = 8, P = 41, z0 = 7;
+  Tensor x = random_tensor({T * H, D}, rng), proj = random_tensor({T, P}, rng, -4, 4), w = random_tensor({D}, rng);
+  Tensor z = Tensor::empty(DType::F32, {T * H, D});
+  ops::slice_cols(proj, z0, z.reshape({T, H * D}));
+  Tensor want = Tensor::empty(DType::F32, {T * H, D}), got = Tensor::empty(DType::F32, {T * H, D});
+  ops::gated_rms_norm(x, z, w, 1e-6f, want);
+  ops::gated_rms_norm(x, proj.slice_cols(z0, z0 + H * D), w, 1e-6f, got);
+  EXPECT_TRUE(bit_equal(got, want));
+  EXPECT_THROW(ops::gated_rms_norm(x, proj.slice_cols(z0, z0 + H * D - 1), w, 1e-6f, got), Error);
+}
+
+// delta_rule_inputs is the ops it replaces, bit for bit: slices of the
+// projection, the conv (tails carried), slices of its output, l2norm, gates.
+// Only its rows' tokens are written; a row left out keeps what it had.
+TEST(DeltaRuleInputs, EqualsTheOpsItFuses) {
+  std::mt19937 rng(15);
+  const int64_t Hk = 2, H = 4, dk = 16, dv = 8, K = 4, C = 2 * Hk * dk + H * dv, V = H * dv, P = C + V + 2 * H;
+  const auto all = make_rows({3, 70, 5, 1}, {2, 0, 3, 1});
+  const std::vector<ops::RecurrentRow> rows = {all[0], all[1], all[3]};  // row 2 is someone else's
+  const int64_t T = 79;
+  Tensor proj = random_tensor({T, P}, rng, -2, 2), w = random_tensor({C, K}, rng);
+  Tensor a_log = random_tensor({H}, rng), dt_bias = random_tensor({H}, rng);
+  Tensor state0 = random_tensor({4, K - 1, C}, rng);
+
+  Tensor st_want = copy_of(state0), mixed = Tensor::empty(DType::F32, {T, C}), conv = Tensor::empty(DType::F32, {T, C});
+  ops::slice_cols(proj, 0, mixed);
+  ops::causal_conv1d(mixed, w, rows, st_want, true, conv);
+  Tensor q_want = Tensor::empty(DType::F32, {T, Hk, dk}), k_want = Tensor::empty(DType::F32, {T, Hk, dk});
+  Tensor v_want = Tensor::empty(DType::F32, {T, H, dv});
+  ops::slice_cols(conv, 0, q_want.reshape({T, Hk * dk}));
+  ops::slice_cols(conv, Hk * dk, k_want.reshape({T, Hk * dk}));
+  ops::slice_cols(conv, 2 * Hk * dk, v_want.reshape({T, V}));
+  ops::l2norm(q_want.reshape({T * Hk, dk}), 1e-6f, q_want.reshape({T * Hk, dk}));
+  ops::l2norm(k_want.reshape({T * Hk, dk}), 1e-6f, k_want.reshape({T * Hk, dk}));
+  Tensor b = Tensor::empty(DType::F32, {T, H}), a = Tensor::empty(DType::F32, {T, H});
+  ops::slice_cols(proj, C + V, b);
+  ops::slice_cols(proj, C + V + H, a);
+  Tensor g_want = Tensor::empty(DType::F32, {T, H}), beta_want = Tensor::empty(DType::F32, {T, H});
+  ops::delta_rule_gates(a, b, a_log, dt_bias, g_want, beta_want);
+
+  auto filled = [](std::initializer_list<int64_t> shape) {
+    Tensor t = Tensor::empty(DType::F32, shape);
+    std::fill_n(t.data<float>(), t.numel(), 7.0f);
+    return t;
+  };
+  Tensor st = copy_of(state0), q = filled({T, Hk, dk}), k = filled({T, Hk, dk}), v = filled({T, H, dv});
+  Tensor g = filled({T, H}), beta = filled({T, H});
+  ops::delta_rule_inputs(proj, C + V, w, a_log, dt_bias, 1e-6f, rows, st, q, k, v, g, beta);
+  EXPECT_TRUE(bit_equal(st, st_want)) << "conv tails";
+  const std::vector<std::pair<const Tensor*, const Tensor*>> outs = {
+      {&q, &q_want}, {&k, &k_want}, {&v, &v_want}, {&g, &g_want}, {&beta, &beta_want}};
+  for (const auto& [got, want] : outs) {
+    const int64_t width = got->numel() / T;
+    for (int64_t t = 0; t < T; ++t) {
+      const bool mine = t < 73 || t == 78;  // rows 0, 1 and 3
+      for (int64_t i = 0; i < width; ++i) {
+        const float x = got->data<float>()[t * width + i];
+        if (mine)
+          ASSERT_EQ(x, want->data<float>()[t * width + i]) << "token " << t << " element " << i;
+        else
+          ASSERT_EQ(x, 7.0f) << "token " << t << " of a row left out was written";
+      }
+    }
+  }
+  EXPECT_THROW(ops::delta_rule_inputs(proj, C + V + 1, w, a_log, dt_bias, 1e-6f, rows, st, q, k, v, g, beta), Error)
+      << "b and a past the projection's end";
+}
+
 TEST(SigmoidMul, ElementwiseAndPerRow) {
   std::mt19937 rng(5);
   Tensor x = random_tensor({7, 33}, rng), g = random_tensor({7, 33}, rng, -6, 6), r = random_tensor({7, 1}, rng, -6, 6);

@@ -54,6 +54,13 @@ TEST(Tensor, ViewsShareTheBuffer) {
   EXPECT_EQ(s.data<float>()[0], 3.0f);
   EXPECT_EQ(s.shape_str(), "[2, 3]");
   EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw()) % 64, 0u);
+  Tensor c = t.slice_cols(1, 3);  // columns 1, 2 of each row
+  EXPECT_EQ(c.shape_str(), "[4, 2]");
+  EXPECT_EQ(c.stride(0), 3);
+  EXPECT_FALSE(c.is_contiguous());
+  EXPECT_EQ(c.data<float>()[0], 1.0f);
+  EXPECT_EQ(c.data<float>()[c.stride(0) + 1], 5.0f);
+  EXPECT_TRUE(t.slice_cols(0, 3).is_contiguous());
 }
 
 TEST(MappedFile, MissingFileIsAnErrorNamingIt) {

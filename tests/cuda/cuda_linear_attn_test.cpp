@@ -14,8 +14,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/kernels.h"
@@ -155,6 +158,74 @@ TEST_F(CudaHybridOps, CausalConv1dCarriesItsTail) {
         ops::causal_conv1d(gpu(x), gpu(w), rows, gstate, silu, got);
         EXPECT_LT(rel_err(got, want), 1e-5f) << "K " << K << " call " << c << " silu " << silu;
         EXPECT_EQ(rel_err(gstate, state), 0.0f) << "tails, K " << K << " call " << c;
+      }
+    }
+  }
+}
+
+// delta_rule_inputs against the CPU's, and against the CUDA ops it fuses
+// bit for bit (so a prefill's inputs are what they were); rows shorter and
+// longer than a conv segment (the tail then written by its own launch), a
+// row left out untouched, heads of 128 and of 16 / 24.
+TEST_F(CudaHybridOps, DeltaRuleInputsEqualTheOpsTheyFuse) {
+  struct Shape {
+    int64_t Hk, H, dk, dv;
+  };
+  for (const Shape sh : {Shape{2, 4, 128, 128}, Shape{3, 6, 16, 24}}) {
+    const int64_t Hk = sh.Hk, H = sh.H, dk = sh.dk, dv = sh.dv, K = 4, C = 2 * Hk * dk + H * dv, V = H * dv;
+    const int64_t P = C + V + 2 * H;
+    const Rows all = {{0, 3, 2}, {3, 130, 0}, {133, 5, 3}, {138, 1, 1}};
+    for (const Rows& rows : {Rows{all[0], all[1], all[3]}, Rows{all[0], all[2], all[3]}}) {
+      const int64_t T = 139;
+      Tensor proj = rand({T, P}, -2, 2), w = rand({C, K}), a_log = rand({H}), dt_bias = rand({H});
+      Tensor state = rand({4, K - 1, C});
+      Tensor gproj = gpu(proj), gw = gpu(w), gal = gpu(a_log), gdt = gpu(dt_bias);
+      // The CPU op, then the CUDA ops it replaces.
+      Tensor st_cpu = host(gpu(state)), q_cpu = Tensor::empty(DType::F32, {T, Hk, dk});
+      Tensor k_cpu = Tensor::empty(DType::F32, {T, Hk, dk}), v_cpu = Tensor::empty(DType::F32, {T, H, dv});
+      Tensor g_cpu = Tensor::empty(DType::F32, {T, H}), b_cpu = Tensor::empty(DType::F32, {T, H});
+      ops::delta_rule_inputs(proj, C + V, w, a_log, dt_bias, 1e-6f, rows, st_cpu, q_cpu, k_cpu, v_cpu, g_cpu, b_cpu);
+      Tensor st_ops = gpu(state), mixed = poisoned({T, C}), conv = poisoned({T, C});
+      Tensor q_ops = poisoned({T, Hk, dk}), k_ops = poisoned({T, Hk, dk}), v_ops = poisoned({T, H, dv});
+      Tensor ga = poisoned({T, H}), gb = poisoned({T, H}), g_ops = poisoned({T, H}), b_ops = poisoned({T, H});
+      ops::slice_cols(gproj, 0, mixed);
+      ops::causal_conv1d(mixed, gw, rows, st_ops, true, conv);
+      ops::slice_cols(conv, 0, q_ops.reshape({T, Hk * dk}));
+      ops::slice_cols(conv, Hk * dk, k_ops.reshape({T, Hk * dk}));
+      ops::slice_cols(conv, 2 * Hk * dk, v_ops.reshape({T, V}));
+      ops::l2norm(q_ops.reshape({T * Hk, dk}), 1e-6f, q_ops.reshape({T * Hk, dk}));
+      ops::l2norm(k_ops.reshape({T * Hk, dk}), 1e-6f, k_ops.reshape({T * Hk, dk}));
+      ops::slice_cols(gproj, C + V, gb);
+      ops::slice_cols(gproj, C + V + H, ga);
+      ops::delta_rule_gates(ga, gb, gal, gdt, g_ops, b_ops);
+      // The fused op.
+      Tensor st = gpu(state), q = poisoned({T, Hk, dk}), k = poisoned({T, Hk, dk}), v = poisoned({T, H, dv});
+      Tensor g = poisoned({T, H}), beta = poisoned({T, H});
+      ops::delta_rule_inputs(gproj, C + V, gw, gal, gdt, 1e-6f, rows, st, q, k, v, g, beta);
+      const std::string what = "dk " + std::to_string(dk) + ", rows " + std::to_string(rows.size()) + " ending " +
+                               std::to_string(rows[1].n_tokens);
+      EXPECT_EQ(rel_err(st, st_ops), 0.0f) << "conv tails, " << what;
+      EXPECT_EQ(rel_err(st, st_cpu), 0.0f) << "conv tails against the CPU, " << what;
+      // Compare the rows' tokens only (the others stay poisoned in both).
+      const std::vector<std::tuple<Tensor*, Tensor*, Tensor*, const char*>> outs = {
+          {&q, &q_ops, &q_cpu, "q"}, {&k, &k_ops, &k_cpu, "k"}, {&v, &v_ops, &v_cpu, "v"},
+          {&g, &g_ops, &g_cpu, "g"}, {&beta, &b_ops, &b_cpu, "beta"}};
+      for (const auto& [got_d, ops_d, cpu_h, name] : outs) {
+        const Tensor got = host(*got_d), want = host(*ops_d);
+        const int64_t width = got.numel() / T;
+        float err = 0.0f;
+        for (const auto& r : rows)
+          for (int64_t t = r.token_begin; t < r.token_begin + r.n_tokens; ++t)
+            for (int64_t i = 0; i < width; ++i) {
+              const float x = got.data<float>()[t * width + i];
+              ASSERT_EQ(std::memcmp(&x, want.data<float>() + t * width + i, 4), 0)
+                  << name << " token " << t << " element " << i << ", " << what;
+              err = std::max(err, std::fabs(x - cpu_h->data<float>()[t * width + i]));
+            }
+        EXPECT_LT(err, 1e-5f) << name << " against the CPU, " << what;
+        if (rows[1].token_begin != 133) {  // row 2 is left out: its tokens stay poisoned
+          for (int64_t t = 133; t < 138; ++t) ASSERT_TRUE(std::isnan(got.data<float>()[t * width])) << name << " token " << t;
+        }
       }
     }
   }

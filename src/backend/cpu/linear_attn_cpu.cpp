@@ -47,7 +47,7 @@ void keep_recurrent_inputs(const float* proj, int64_t P, int64_t n_conv, int64_t
 
 // Reference: causal_conv1d_update (cached decode) and causal_conv1d_fn over the
 // kept tail followed by the new inputs; the sum over taps runs j = 0 .. K-1.
-void causal_conv1d(const float* x, const float* w, int64_t C, int64_t K,
+void causal_conv1d(const float* x, int64_t ldx, const float* w, int64_t C, int64_t K,
                    std::span<const ops::RecurrentRow> rows, float* conv_state, bool silu_out,
                    float* out) {
   const int64_t tail = K - 1;
@@ -55,11 +55,11 @@ void causal_conv1d(const float* x, const float* w, int64_t C, int64_t K,
     for (const auto& row : rows) {
       if (row.n_tokens <= 0) continue;
       float* st = conv_state + int64_t(row.slot) * tail * C;  // [K-1, C]
-      const float* xr = x + int64_t(row.token_begin) * C;       // [n, C]
+      const float* xr = x + int64_t(row.token_begin) * ldx;     // [n, C] at stride ldx
       float* orow = out + int64_t(row.token_begin) * C;
       const int64_t n = row.n_tokens;
       // input m of the row: m < 0 reads the kept tail, m >= 0 the new tokens
-      auto in = [&](int64_t m, int64_t c) { return m >= 0 ? xr[m * C + c] : st[(tail + m) * C + c]; };
+      auto in = [&](int64_t m, int64_t c) { return m >= 0 ? xr[m * ldx + c] : st[(tail + m) * C + c]; };
       for (int64_t i = 0; i < n; ++i) {
         for (int64_t c = cb; c < ce; ++c) {
           const float* wc = w + c * K;
@@ -97,6 +97,38 @@ void delta_rule_gates(const float* a, const float* b, const float* a_log, const 
       g[i] = -std::exp(a_log[h]) * softplus(a[i] + dt_bias[h]);
       beta[i] = sigmoid(b[i]);
     }
+}
+
+// The ops the chunked form's inputs took in turn (slices of proj, the conv,
+// slices of its output, l2norm, delta_rule_gates), row by row, in their
+// arithmetic: the same bits.
+void delta_rule_inputs(const float* proj, int64_t P, int64_t ba_col, const float* conv_w, int64_t K,
+                       const DeltaRuleDims& d, const float* a_log, const float* dt_bias, float qk_eps,
+                       std::span<const ops::RecurrentRow> rows, float* conv_state, float* q, float* k, float* v,
+                       float* g, float* beta) {
+  const int64_t Qd = d.n_head_k * d.head_dim_k, Vd = d.n_head * d.head_dim_v, C = 2 * Qd + Vd, H = d.n_head;
+  std::vector<float> conv;
+  for (const auto& row : rows) {
+    if (row.n_tokens <= 0) continue;
+    const int64_t t0 = row.token_begin, n = row.n_tokens;
+    conv.resize(size_t(n * C));
+    const ops::RecurrentRow local{0, row.n_tokens, row.slot};
+    causal_conv1d(proj + t0 * P, P, conv_w, C, K, {&local, 1}, conv_state, true, conv.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const float* c = conv.data() + i * C;
+      std::memcpy(q + (t0 + i) * Qd, c, size_t(Qd) * 4);
+      std::memcpy(k + (t0 + i) * Qd, c + Qd, size_t(Qd) * 4);
+      std::memcpy(v + (t0 + i) * Vd, c + 2 * Qd, size_t(Vd) * 4);
+    }
+    l2norm(q + t0 * Qd, qk_eps, n * d.n_head_k, d.head_dim_k, q + t0 * Qd);
+    l2norm(k + t0 * Qd, qk_eps, n * d.n_head_k, d.head_dim_k, k + t0 * Qd);
+    std::vector<float> a(size_t(n * H)), b(size_t(n * H));
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(b.data() + i * H, proj + (t0 + i) * P + ba_col, size_t(H) * 4);
+      std::memcpy(a.data() + i * H, proj + (t0 + i) * P + ba_col + H, size_t(H) * 4);
+    }
+    delta_rule_gates(a.data(), b.data(), a_log, dt_bias, n, H, g + t0 * H, beta + t0 * H);
+  }
 }
 
 namespace {
@@ -272,12 +304,13 @@ void gated_delta_rule_chunked(const float* q, const float* k, const float* v, co
 }
 
 // Reference: Qwen3NextRMSNormGated.forward (norm before gate, weight γ as stored).
-void gated_rms_norm(const float* x, const float* z, const float* w, float eps, int64_t M, int64_t D,
-                    float* y) {
+void gated_rms_norm(const float* x, const float* z, int64_t z_width, int64_t ldz, const float* w, float eps,
+                    int64_t M, int64_t D, float* y) {
+  const int64_t per = z_width / D;  // x rows a z row gates
   ThreadPool::global().parallel_for(M, std::max<int64_t>(1, kElemGrain / D), [&](int64_t b, int64_t e) {
     for (int64_t m = b; m < e; ++m) {
       const float* xr = x + m * D;
-      const float* zr = z + m * D;
+      const float* zr = z + (m / per) * ldz + (m % per) * D;
       float* yr = y + m * D;
       double ss = 0;
       for (int64_t i = 0; i < D; ++i) ss += double(xr[i]) * xr[i];

@@ -297,10 +297,24 @@ void gated_delta_rule_chunked(const float* q, const float* k, const float* v, co
                               float scale, int64_t chunk_size, const DeltaRuleDims& dims, const RecurrentRow* rows,
                               int64_t n_rows, int64_t n_tokens, float* state, float* out, Stream s);
 
+// ops::delta_rule_inputs: the conv + SiLU over proj's columns [0, C), q and
+// k heads L2-normalised, and the gates from b, a at proj columns [ba_col,
+// ba_col + 2 n_head), as causal_conv1d, l2norm and delta_rule_gates compute
+// them. proj: [n_tokens, P]; conv_w: [C, K]; rows: [n_rows] (device);
+// conv_state: [n_slots, K-1, C]; q, k: [n_tokens, n_head_k, head_dim_k]; v:
+// [n_tokens, n_head, head_dim_v]; g, beta: [n_tokens, n_head]. head_dim_k <=
+// 256, head_dim_v <= 1024.
+void delta_rule_inputs(const float* proj, int64_t P, int64_t ba_col, const float* conv_w, int64_t K,
+                       const DeltaRuleDims& dims, const float* a_log, const float* dt_bias, float qk_eps,
+                       const RecurrentRow* rows, int64_t n_rows, int64_t max_row_tokens, float* conv_state, float* q,
+                       float* k, float* v, float* g, float* beta, Stream s);
+
 // Qwen3NextRMSNormGated: y = w * (x / sqrt(mean(x^2) + eps)) * silu(z).
-// x, z, y: [M, D] f32 (y may alias x); w: [D] f32
-void gated_rms_norm(const float* x, const float* z, const float* w, float eps, int64_t M, int64_t D, float* y,
-                    Stream s);
+// x, y: [M, D] f32 (y may alias x); w: [D] f32; z: rows of z_width (a
+// multiple of D) at stride ldz, x's row m gated by z's row m / (z_width / D)
+// from column (m % (z_width / D)) D
+void gated_rms_norm(const float* x, const float* z, int64_t z_width, int64_t ldz, const float* w, float eps,
+                    int64_t M, int64_t D, float* y, Stream s);
 
 // y = x * sigmoid(gate); gate [M, N], or [M] when per_row.  x, y: [M, N] f32 (may alias)
 void sigmoid_mul(const float* x, const float* gate, bool per_row, int64_t M, int64_t N, float* y, Stream s);

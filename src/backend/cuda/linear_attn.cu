@@ -115,18 +115,105 @@ __global__ void causal_conv1d_kernel(const float* __restrict__ x, const float* _
 // The new tail, the last K-1 inputs of each row: a launch after the conv,
 // which read the old one. Ascending p reads index p + n > p of the old tail,
 // so each thread updates its channel in place. grid: (ceil(C / kThreads), n_rows)
-__global__ void conv_tail_kernel(const float* __restrict__ x, int64_t C, int K, const RecurrentRow* __restrict__ rows,
-                                 float* __restrict__ conv_state) {
+// x: [n_tokens, C] at row stride ldx.
+__global__ void conv_tail_kernel(const float* __restrict__ x, int64_t ldx, int64_t C, int K,
+                                 const RecurrentRow* __restrict__ rows, float* __restrict__ conv_state) {
   pdl_entry();
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const RecurrentRow row = rows[blockIdx.y];
   if (c >= C || row.n_tokens <= 0) return;
   const int tail = K - 1, n = row.n_tokens;
   float* st = conv_state + int64_t(row.slot) * tail * C;
-  const float* xr = x + int64_t(row.token_begin) * C;
+  const float* xr = x + int64_t(row.token_begin) * ldx;
   for (int p = 0; p < tail; ++p) {
     const int m = n - tail + p;
-    st[int64_t(p) * C + c] = m >= 0 ? xr[int64_t(m) * C + c] : st[int64_t(tail + m) * C + c];
+    st[int64_t(p) * C + c] = m >= 0 ? xr[int64_t(m) * ldx + c] : st[int64_t(tail + m) * C + c];
+  }
+}
+
+// Widest q/k head the fused input kernel normalises.
+constexpr int kMaxNormHead = 256;
+
+// Reference: causal_conv1d_kernel (SiLU) over proj's columns [0, C), then
+// l2norm_kernel on each q and k head and delta_rule_gates_kernel, in the
+// same arithmetic (the same bits). grid: (2 n_head_k + n_head + 1, n_rows,
+// ceil(max_row_tokens / kConvSegment)); block: one head's channels, a thread
+// each (blockDim a multiple of 32 >= both head dims). Block x < 2 n_head_k +
+// n_head is head x of [q heads | k heads | v heads], a contiguous range of
+// the conv's channels; the last one makes the gates of the segment's tokens.
+// tail_here: as causal_conv1d_kernel.
+__global__ void delta_rule_inputs_kernel(const float* __restrict__ proj, int64_t P, int64_t ba_col,
+                                         const float* __restrict__ w, int K, DeltaRuleDims d,
+                                         const float* __restrict__ a_log, const float* __restrict__ dt_bias,
+                                         float qk_eps, const RecurrentRow* __restrict__ rows,
+                                         float* __restrict__ conv_state, bool tail_here, float* __restrict__ q,
+                                         float* __restrict__ k, float* __restrict__ v, float* __restrict__ g,
+                                         float* __restrict__ beta) {
+  __shared__ float red[2][kMaxNormHead];  // a token's normalised head, double-buffered
+  const int hb = blockIdx.x, Hk = int(d.n_head_k), H = int(d.n_head), dk = int(d.head_dim_k);
+  const int dv = int(d.head_dim_v);
+  const RecurrentRow row = rows[blockIdx.y];
+  const int i0 = int(blockIdx.z) * kConvSegment;
+  const int i1 = min(row.n_tokens, i0 + kConvSegment);
+  if (hb == 2 * Hk + H) {  // the gates
+    pdl_entry();
+    for (int idx = threadIdx.x; idx < (i1 - i0) * H; idx += blockDim.x) {
+      const int64_t t = int64_t(row.token_begin) + i0 + idx / H;
+      const int h = idx % H;
+      const float* ba = proj + t * P + ba_col;  // [b | a]
+      g[t * H + h] = -expf(a_log[h]) * softplus_f(ba[H + h] + dt_bias[h]);
+      beta[t * H + h] = sigmoid_f(ba[h]);
+    }
+    return;
+  }
+  const int64_t C = 2 * int64_t(Hk) * dk + int64_t(H) * dv;
+  const bool is_v = hb >= 2 * Hk, norm = !is_v;
+  const int width = is_v ? dv : dk;
+  const int64_t c0 = is_v ? 2 * int64_t(Hk) * dk + int64_t(hb - 2 * Hk) * dv : int64_t(hb) * dk;
+  float* dst = is_v ? v + int64_t(hb - 2 * Hk) * dv : (hb < Hk ? q + int64_t(hb) * dk : k + int64_t(hb - Hk) * dk);
+  const int64_t ld = is_v ? int64_t(H) * dv : int64_t(Hk) * dk;
+  const int i = threadIdx.x, lane = i & 31;
+  const int64_t c = c0 + i;
+  const int tail = K - 1;
+  float* st = conv_state + int64_t(row.slot) * tail * C;  // [K-1, C]
+  const float* wc = w + c * K;
+  const bool live = i < width;
+  if (live && i0 < row.n_tokens) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(wc));
+    for (int p = 0; p < tail; ++p) asm volatile("prefetch.global.L2 [%0];" ::"l"(st + int64_t(p) * C + c));
+  }
+  pdl_entry();
+  if (i0 >= row.n_tokens) return;  // the whole block
+  const float* xr = proj + int64_t(row.token_begin) * P;  // [n, C] at stride P
+  for (int t = i0; t < i1; ++t) {
+    float y = 0.0f;
+    if (live) {
+      float acc = 0.0f;
+      for (int j = 0; j < K; ++j) {
+        const int m = t - tail + j;  // < 0: the kept tail
+        const float in = m >= 0 ? xr[int64_t(m) * P + c] : st[int64_t(tail + m) * C + c];
+        acc += wc[j] * in;
+      }
+      y = silu_f(acc);
+    }
+    if (norm) {  // l2norm_kernel's sum: lane l adds channels l, l + 32, ... in turn, then the warp
+      float* buf = red[t & 1];  // a warp still reading token t - 1 reads the other buffer
+      if (live) buf[i] = y;
+      __syncthreads();
+      float ss = 0.0f;
+      for (int e = lane; e < width; e += 32) ss += buf[e] * buf[e];
+      ss = warp_sum(ss);
+      const float inv = 1.0f / sqrtf(ss + qk_eps);
+      y = y * inv;
+    }
+    if (live) dst[(int64_t(row.token_begin) + t) * ld + i] = y;
+  }
+  if (tail_here && live) {  // as conv_tail_kernel
+    const int n = row.n_tokens;
+    for (int p = 0; p < tail; ++p) {
+      const int m = n - tail + p;
+      st[int64_t(p) * C + c] = m >= 0 ? xr[int64_t(m) * P + c] : st[int64_t(tail + m) * C + c];
+    }
   }
 }
 
@@ -145,15 +232,16 @@ __global__ void l2norm_kernel(const float* x, float eps, int64_t M, int64_t D, f
   for (int64_t i = lane; i < D; i += 32) yr[i] = xr[i] * inv;
 }
 
-// Reference: Qwen3NextRMSNormGated.forward. One warp per row; x, z, y: [M, D] (y may alias x)
-__global__ void gated_rms_norm_kernel(const float* x, const float* __restrict__ z, const float* __restrict__ w,
-                                      float eps, int64_t M, int64_t D, float* y) {
+// Reference: Qwen3NextRMSNormGated.forward. One warp per row; x, y: [M, D]
+// (y may alias x); z: rows of z_per x-rows of D each, at stride ldz.
+__global__ void gated_rms_norm_kernel(const float* x, const float* __restrict__ z, int64_t z_per, int64_t ldz,
+                                      const float* __restrict__ w, float eps, int64_t M, int64_t D, float* y) {
   pdl_entry();
   const int64_t m = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (m >= M) return;
   const float* xr = x + m * D;
-  const float* zr = z + m * D;
+  const float* zr = z + (m / z_per) * ldz + (m % z_per) * D;
   float* yr = y + m * D;
   float ss = 0.0f;
   for (int64_t i = lane; i < D; i += 32) ss += xr[i] * xr[i];
@@ -858,9 +946,31 @@ void causal_conv1d(const float* x, const float* w, int64_t C, int64_t K, const R
   launch("causal_conv1d_kernel", causal_conv1d_kernel, grid, dim3(kThreads), 0, s, x, w, C, int(K), rows, conv_state,
          silu, tail_here, out);
   if (K > 1 && !tail_here) {
-    conv_tail_kernel<<<dim3(blocks_for(C, kThreads), unsigned(n_rows)), kThreads, 0, s>>>(x, C, int(K), rows,
+    conv_tail_kernel<<<dim3(blocks_for(C, kThreads), unsigned(n_rows)), kThreads, 0, s>>>(x, C, C, int(K), rows,
                                                                                           conv_state);
     AUGUR_LAUNCHED("causal_conv1d (tail)");
+  }
+}
+
+void delta_rule_inputs(const float* proj, int64_t P, int64_t ba_col, const float* conv_w, int64_t K,
+                       const DeltaRuleDims& d, const float* a_log, const float* dt_bias, float qk_eps,
+                       const RecurrentRow* rows, int64_t n_rows, int64_t max_row_tokens, float* conv_state, float* q,
+                       float* k, float* v, float* g, float* beta, Stream s) {
+  if (n_rows == 0 || max_row_tokens <= 0) return;
+  if (n_rows > 65535) fail("[delta_rule_inputs] ", n_rows, " rows exceed one launch");
+  if (d.head_dim_k > kMaxNormHead || d.head_dim_v > 1024)
+    fail("[delta_rule_inputs] head dims ", d.head_dim_k, " / ", d.head_dim_v, " beyond ", kMaxNormHead, " / 1024");
+  const int64_t C = 2 * d.n_head_k * d.head_dim_k + d.n_head * d.head_dim_v;
+  const unsigned threads = unsigned((std::max(d.head_dim_k, d.head_dim_v) + 31) / 32 * 32);
+  const dim3 grid(unsigned(2 * d.n_head_k + d.n_head + 1), unsigned(n_rows),
+                  blocks_for(max_row_tokens, kConvSegment));
+  const bool tail_here = max_row_tokens <= kConvSegment;
+  launch("delta_rule_inputs_kernel", delta_rule_inputs_kernel, grid, dim3(threads), 0, s, proj, P, ba_col, conv_w,
+         int(K), d, a_log, dt_bias, qk_eps, rows, conv_state, tail_here, q, k, v, g, beta);
+  if (K > 1 && !tail_here) {
+    conv_tail_kernel<<<dim3(blocks_for(C, kThreads), unsigned(n_rows)), kThreads, 0, s>>>(proj, P, C, int(K), rows,
+                                                                                          conv_state);
+    AUGUR_LAUNCHED("delta_rule_inputs (tail)");
   }
 }
 
@@ -877,11 +987,11 @@ void delta_rule_gates(const float* a, const float* b, const float* a_log, const 
          a_log, dt_bias, n, n_head, g, beta);
 }
 
-void gated_rms_norm(const float* x, const float* z, const float* w, float eps, int64_t M, int64_t D, float* y,
-                    Stream s) {
+void gated_rms_norm(const float* x, const float* z, int64_t z_width, int64_t ldz, const float* w, float eps,
+                    int64_t M, int64_t D, float* y, Stream s) {
   if (M == 0) return;
   launch("gated_rms_norm_kernel", gated_rms_norm_kernel, dim3(blocks_for(M, kThreads / 32)), dim3(kThreads), 0, s, x, z,
-         w, eps, M, D, y);
+         z_width / D, ldz, w, eps, M, D, y);
 }
 
 void sigmoid_mul(const float* x, const float* gate, bool per_row, int64_t M, int64_t N, float* y, Stream s) {

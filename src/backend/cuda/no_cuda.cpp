@@ -95,7 +95,13 @@ void gated_delta_rule_chunked(const float*, const float*, const float*, const fl
                               const DeltaRuleDims&, const RecurrentRow*, int64_t, int64_t, float*, float*, Stream) {
   no_cuda("gated_delta_rule_chunked");
 }
-void gated_rms_norm(const float*, const float*, const float*, float, int64_t, int64_t, float*, Stream) {
+void delta_rule_inputs(const float*, int64_t, int64_t, const float*, int64_t, const DeltaRuleDims&, const float*,
+                       const float*, float, const RecurrentRow*, int64_t, int64_t, float*, float*, float*, float*,
+                       float*, float*, Stream) {
+  no_cuda("delta_rule_inputs");
+}
+void gated_rms_norm(const float*, const float*, int64_t, int64_t, const float*, float, int64_t, int64_t, float*,
+                    Stream) {
   no_cuda("gated_rms_norm");
 }
 void sigmoid_mul(const float*, const float*, bool, int64_t, int64_t, float*, Stream) { no_cuda("sigmoid_mul"); }
