@@ -2,6 +2,8 @@
 // them: slice_cols, causal_conv1d, l2norm, delta_rule_gates, the gated delta
 // rule in its recurrent and chunked forms, gated_rms_norm, sigmoid_mul. Each
 // reproduces its CPU op in backend/cpu/linear_attn_cpu.cpp, in f32.
+#include <cuda_bf16.h>
+
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
@@ -397,21 +399,23 @@ static_assert(kNs == 4, "the shuffles above reduce over 4 lanes");
 //   out   = scale exp(gc) (Q S) + (P T') x
 //   S    <- exp(gl) S + Kᵀ (exp(gl - gc) v_new)
 // (the CPU op's form, regrouped). gdr_chunk_prep_kernel, a block per (chunk,
-// value head) for every chunk of a segment at once, computes what does not
+// key head) for every chunk of a segment at once, computes what does not
 // depend on the state: T', P T' and the decays. gdr_chunk_scan_kernel, a
 // block per (row, value head, 32 state columns), walks a row's chunks in
-// order with its state tile in shared memory and does every product with
+// order with its state tile in registers and does every product with
 // the state, reading q, k and v themselves; the next chunk's operands are
 // copied in (cp.async) while this one's products run. Why this split: the
 // state-free work a chunk leaves behind is two C x C matrices (32 KB at
 // C = 64), where [Q'; W], Kd, U and O0 (the other grouping, S multiplied
 // in one product) were ~160 KB a chunk and head, read back by every column
 // block of the scan from beyond L2.
-// Every product is mma.m16n8k8 on tf32 operands split in two (x = hi + lo,
-// both tf32; hi·hi + hi·lo + lo·hi), which errs by ~2^-21 of a product,
-// f32-like, where a single tf32 product errs by ~2^-11; sums are f32. T is
-// solved a column per 4 threads (forward substitution on the identity, each
-// thread a quarter of each sum); everything else is a product.
+// Every product runs on tensor cores with its operands split in two
+// (x = hi + lo; hi·hi + hi·lo + lo·hi, sums in f32): the prep's as tf32
+// (mma.m16n8k8, ~2^-21 of a product, f32-like, where a single tf32 product
+// errs by ~2^-11), the scan's as bf16 (mma.m16n8k16, ~2^-16, its operands
+// kept split in shared memory; see below). T is solved a column per 4
+// threads (forward substitution on the identity, each thread a quarter of
+// each sum); everything else is a product.
 // Chunks are numbered over the rows in order (row r's first is base(r), the
 // sum of ceil(n_tokens / C) before it); the call walks them in segments of
 // at most kSegmentChunks (a prep launch, then a scan launch that carries the
@@ -434,14 +438,14 @@ __host__ __device__ constexpr int round16(int x) { return (x + 15) & ~15; }
 __host__ __device__ constexpr int pitch_rows(int n) { return round8(n) + 4; }
 __host__ __device__ constexpr int pitch_cols(int n) { return (round8(n) / 8) % 2 ? round8(n) : round8(n) + 8; }
 
-// Scratch per (chunk of the segment, value head): T' [Cp][Cp], P T'
-// [Cp][Cp], then the decays exp(gc), scale exp(gc), exp(gl - gc) [Cp] each
+// Scratch per (chunk of the segment, value head), in floats: T' and P T'
+// as bf16 pairs (four planes of [Cp][Cp] bf16: T' hi, T' lo, P T' hi,
+// P T' lo), then the decays exp(gc), scale exp(gc), exp(gl - gc) [Cp] each
 // (zero past the chunk's tokens) and exp(gl), padded to 4.
 struct ChunkScratch {
   int64_t nb, H, Cp;
   __host__ __device__ int64_t unit() const { return 2 * Cp * Cp + 3 * Cp + 4; }
   __host__ __device__ int64_t t(int64_t b, int64_t h) const { return (b * H + h) * unit(); }
-  __host__ __device__ int64_t pt(int64_t b, int64_t h) const { return t(b, h) + Cp * Cp; }
   __host__ __device__ int64_t decays(int64_t b, int64_t h) const { return t(b, h) + 2 * Cp * Cp; }
   __host__ __device__ int64_t total() const { return nb * H * unit(); }
 };
@@ -555,27 +559,125 @@ __device__ __forceinline__ void batched_fill(int n, const Load& load, const Stor
   }
 }
 
-// dst[i][a] (pitch dpitch) = src[i * stride + a] for i < n_valid and
-// a < cols, zero elsewhere in rows x cols_pad, over a block's threads: by
-// cp.async (the caller commits and waits) where vec (cols, stride and src
-// multiples of 16 bytes, dst and dpitch too), else by plain loads.
-__device__ __forceinline__ void load_tile(float* dst, int dpitch, const float* src, int64_t stride, int rows,
-                                          int n_valid, int cols, int cols_pad, bool vec) {
-  if (vec) {
-    const int per_row = cols_pad / 4;
-    for (int idx = int(threadIdx.x); idx < rows * per_row; idx += kChunkThreads) {
-      const int i = idx / per_row, a = 4 * (idx % per_row);
-      const bool in = i < n_valid && a < cols;
-      cp_async16(dst + i * dpitch + a, in ? src + i * stride + a : src, in);
+__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// ---- 3 x bf16 warp products, for the scan ----
+// The scan keeps its operands in shared memory as bf16 pairs, x = hi + lo
+// (hi = bf16(x), lo = bf16(x - hi): 16 bits of mantissa, the bytes of an
+// f32), so that a fragment is one ldmatrix a plane and a product over 16 is
+// three mma.m16n8k16 (hi·hi + hi·lo + lo·hi, ~2^-16 of a product, sums in
+// f32); split as tf32 at the fragment load, every operand element cost
+// three instructions each time a warp read it.
+struct Bf16Pair {
+  uint32_t hi, lo;  // two elements each, the first in the low half
+};
+__device__ __forceinline__ Bf16Pair split_bf16x2(float x0, float x1) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+  const float2 hf = __bfloat1622float2(h);
+  const __nv_bfloat162 l = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
+  return {*reinterpret_cast<const uint32_t*>(&h), *reinterpret_cast<const uint32_t*>(&l)};
+}
+// Not volatile, like mma_tf32.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// A plane: bf16 [rows][pitch], pitch (elements) an odd multiple of 8, so
+// that an ldmatrix's 8 rows of 16 bytes fall on distinct banks.
+__host__ __device__ constexpr int pitch_bf16(int n) { return n + 8; }
+// Lane offsets (elements) into a plane for ldmatrix.x4, with lr = lane % 8,
+// l8 = 8 ((lane / 8) % 2), l16 = 8 (lane / 16):
+//   A [m][k] (row major):      (m0 + lr + l8) pitch + k0 + l16
+//   A from [k][m], .trans:     (k0 + lr + l16) pitch + m0 + l8
+//   B from [k][n], .trans, two n tiles (regs b0 b1 of n0, b0 b1 of n0 + 8):
+//                              (k0 + lr + l8) pitch + n0 + l16
+__device__ __forceinline__ int lane_a(int pitch) {
+  const int l = threadIdx.x & 31;
+  return ((l & 7) + ((l >> 3) & 1) * 8) * pitch + (l >> 4) * 8;
+}
+__device__ __forceinline__ int lane_at(int pitch) {
+  const int l = threadIdx.x & 31;
+  return ((l & 7) + (l >> 4) * 8) * pitch + ((l >> 3) & 1) * 8;
+}
+// acc[nt] += A B over one 16-row tile, NT (even) 8-column tiles and K (a
+// multiple of 16): a_hi/a_lo and b_hi/b_lo point at the tiles' origins plus
+// the lane's offset, a_step and b_step advance them 16 along k.
+template <int NT>
+__device__ __forceinline__ void warp_mma_bf16(float (&acc)[NT][4], const __nv_bfloat16* a_hi,
+                                              const __nv_bfloat16* a_lo, int a_step, bool a_trans,
+                                              const __nv_bfloat16* b_hi, const __nv_bfloat16* b_lo, int b_step,
+                                              int K) {
+  for (int k0 = 0; k0 < K; k0 += 16, a_hi += a_step, a_lo += a_step, b_hi += b_step, b_lo += b_step) {
+    uint32_t ah[4], al[4], bh[NT / 2][4], bl[NT / 2][4];
+    if (a_trans) {
+      ldmatrix_x4_trans(ah, a_hi);
+      ldmatrix_x4_trans(al, a_lo);
+    } else {
+      ldmatrix_x4(ah, a_hi);
+      ldmatrix_x4(al, a_lo);
     }
-  } else {
-    for (int idx = int(threadIdx.x); idx < rows * cols_pad; idx += kChunkThreads) {
-      const int i = idx / cols_pad, a = idx % cols_pad;
-      dst[i * dpitch + a] = i < n_valid && a < cols ? src[i * stride + a] : 0.0f;
+#pragma unroll
+    for (int p = 0; p < NT / 2; ++p) {
+      ldmatrix_x4_trans(bh[p], b_hi + 16 * p);
+      ldmatrix_x4_trans(bl[p], b_lo + 16 * p);
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[nt], al, bh[nt / 2][2 * (nt % 2)], bh[nt / 2][2 * (nt % 2) + 1]);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[nt], ah, bl[nt / 2][2 * (nt % 2)], bl[nt / 2][2 * (nt % 2) + 1]);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[nt], ah, bh[nt / 2][2 * (nt % 2)], bh[nt / 2][2 * (nt % 2) + 1]);
+  }
+}
+// The same for two A operands against one B (acc1 += A1 B, acc2 += A2 B),
+// both A row major with one pitch.
+template <int NT>
+__device__ __forceinline__ void warp_mma_bf16_pair(float (&acc1)[NT][4], float (&acc2)[NT][4],
+                                                   const __nv_bfloat16* a1_hi, const __nv_bfloat16* a1_lo,
+                                                   const __nv_bfloat16* a2_hi, const __nv_bfloat16* a2_lo,
+                                                   const __nv_bfloat16* b_hi, const __nv_bfloat16* b_lo, int b_step,
+                                                   int K) {
+  for (int k0 = 0; k0 < K; k0 += 16) {
+    uint32_t a1h[4], a1l[4], a2h[4], a2l[4], bh[NT / 2][4], bl[NT / 2][4];
+    ldmatrix_x4(a1h, a1_hi + k0);
+    ldmatrix_x4(a1l, a1_lo + k0);
+    ldmatrix_x4(a2h, a2_hi + k0);
+    ldmatrix_x4(a2l, a2_lo + k0);
+#pragma unroll
+    for (int p = 0; p < NT / 2; ++p) {
+      ldmatrix_x4_trans(bh[p], b_hi + (k0 / 16) * b_step + 16 * p);
+      ldmatrix_x4_trans(bl[p], b_lo + (k0 / 16) * b_step + 16 * p);
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      mma_bf16(acc1[nt], a1l, bh[nt / 2][2 * (nt % 2)], bh[nt / 2][2 * (nt % 2) + 1]);
+      mma_bf16(acc2[nt], a2l, bh[nt / 2][2 * (nt % 2)], bh[nt / 2][2 * (nt % 2) + 1]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      mma_bf16(acc1[nt], a1h, bl[nt / 2][2 * (nt % 2)], bl[nt / 2][2 * (nt % 2) + 1]);
+      mma_bf16(acc2[nt], a2h, bl[nt / 2][2 * (nt % 2)], bl[nt / 2][2 * (nt % 2) + 1]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      mma_bf16(acc1[nt], a1h, bh[nt / 2][2 * (nt % 2)], bh[nt / 2][2 * (nt % 2) + 1]);
+      mma_bf16(acc2[nt], a2h, bh[nt / 2][2 * (nt % 2)], bh[nt / 2][2 * (nt % 2) + 1]);
     }
   }
 }
-__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+// Stores an accumulator tile's two pairs of adjacent elements (rows g and
+// g + 8) as bf16 pairs into the hi and lo planes at (row0, col0).
+__device__ __forceinline__ void store_pairs(__nv_bfloat16* hi, __nv_bfloat16* lo, int pitch, int row0, int col0,
+                                            const float (&v)[4]) {
+  const int r = row0 + lane_g(), c = col0 + 2 * lane_t();
+  const Bf16Pair p0 = split_bf16x2(v[0], v[1]), p1 = split_bf16x2(v[2], v[3]);
+  *reinterpret_cast<uint32_t*>(hi + r * pitch + c) = p0.hi;
+  *reinterpret_cast<uint32_t*>(lo + r * pitch + c) = p0.lo;
+  *reinterpret_cast<uint32_t*>(hi + (r + 8) * pitch + c) = p1.hi;
+  *reinterpret_cast<uint32_t*>(lo + (r + 8) * pitch + c) = p1.lo;
+}
 
 // Shared memory of the prep kernel, in floats: K and scaled Q [Cp][pk], A
 // (then T') and P [Cp][pc], gc and beta.
@@ -593,7 +695,9 @@ struct PrepSmem {
   __host__ __device__ int64_t total() const { return beta() + Cp; }
 };
 
-// grid: (chunks of the segment, n_head); block: kChunkThreads.
+// grid: (chunks of the segment, n_head_k); block: kChunkThreads. The value
+// heads that share a key head share K Kᵀ and Q Kᵀ: a block computes them
+// once and then each of those heads' T' and P T' in turn.
 __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ g,
     const float* __restrict__ beta, float scale, int C, int n_head_k, int n_head, int dk,
@@ -609,7 +713,7 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
   }
   if (r == n_rows) return;  // past the last chunk (uniform over the block)
   const RecurrentRow row = rows[r];
-  const int c0 = b * C, n = min(C, row.n_tokens - c0), h = int(blockIdx.y), hk = h / (n_head / n_head_k);
+  const int c0 = b * C, n = min(C, row.n_tokens - c0), hk = int(blockIdx.y), ratio = n_head / n_head_k;
   const int64_t t0 = int64_t(row.token_begin) + c0, cb = int64_t(blockIdx.x);  // its place in the segment
   const PrepSmem L(C, dk);
   const int Cp = L.Cp, dkr = L.dkr, pk = L.pk(), pc = L.pc();
@@ -632,47 +736,53 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
         sK[i * pk + a] = kq.x;
         sQ[i * pk + a] = kq.y * scale;
       });
-  for (int i = tid; i < Cp; i += kChunkThreads) {
-    sGc[i] = i < n ? g[(t0 + i) * n_head + h] : 0.0f;
-    sBeta[i] = i < n ? beta[(t0 + i) * n_head + h] : 0.0f;
-  }
   __syncthreads();
-  if (warp == 0) {  // the cumulative log-decay: two tokens a lane, an inclusive scan over the lanes
-    static_assert(kMaxChunk == 64, "two tokens a lane");
-    const float x0 = 2 * lane < Cp ? sGc[2 * lane] : 0.0f, x1 = 2 * lane + 1 < Cp ? sGc[2 * lane + 1] : 0.0f;
-    float s = x0 + x1;
+  // K Kᵀ and Q Kᵀ: warp w the 16 x 32 block at rows 16 (w % 4), columns
+  // 32 (w / 4) of both, kept in registers for every value head.
+  static_assert(kChunkWarps == 8 && kMaxChunk == 64, "8 warps cover a 64 x 64 chunk in 16 x 32 blocks");
+  const int m0 = 16 * (warp % 4), n0 = 32 * (warp / 4);
+  const bool has_block = m0 < Cp && n0 < Cp;
+  float kk[4][4] = {}, qk[4][4] = {};
+  if (has_block) {
+    const auto kat = [&](int i, int a) { return sK[i * pk + a]; };
+    const auto qat = [&](int i, int a) { return sQ[i * pk + a]; };
+    const auto ktat = [&](int a, int j) { return sK[j * pk + a]; };  // Kᵀ; rows past Cp read sQ's, not kept
+    warp_mma_pair(kk, qk, kat, qat, ktat, m0, n0, dkr);
+  }
+  for (int h = hk * ratio; h < (hk + 1) * ratio; ++h) {
+    for (int i = tid; i < Cp; i += kChunkThreads) {
+      sGc[i] = i < n ? g[(t0 + i) * n_head + h] : 0.0f;
+      sBeta[i] = i < n ? beta[(t0 + i) * n_head + h] : 0.0f;
+    }
+    __syncthreads();  // and the last head's T' and P are no longer read
+    if (warp == 0) {  // the cumulative log-decay: two tokens a lane, an inclusive scan over the lanes
+      static_assert(kMaxChunk == 64, "two tokens a lane");
+      const float x0 = 2 * lane < Cp ? sGc[2 * lane] : 0.0f, x1 = 2 * lane + 1 < Cp ? sGc[2 * lane + 1] : 0.0f;
+      float s = x0 + x1;
 #pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const float y = __shfl_up_sync(0xffffffffu, s, o);
-      if (lane >= o) s += y;
+      for (int o = 1; o < 32; o <<= 1) {
+        const float y = __shfl_up_sync(0xffffffffu, s, o);
+        if (lane >= o) s += y;
+      }
+      float before = __shfl_up_sync(0xffffffffu, s, 1);
+      if (lane == 0) before = 0.0f;
+      if (2 * lane < n) sGc[2 * lane] = before + x0;
+      if (2 * lane + 1 < n) sGc[2 * lane + 1] = before + x0 + x1;
+      __syncwarp();
+      float* dec = scratch + sc.decays(cb, h);  // exp(gc), scale exp(gc), exp(gl - gc), exp(gl)
+      const float gl = sGc[n - 1];
+      for (int i = lane; i < Cp; i += 32) {
+        const float e = i < n ? expf(sGc[i]) : 0.0f;
+        dec[i] = e;
+        dec[Cp + i] = scale * e;
+        dec[2 * Cp + i] = i < n ? expf(gl - sGc[i]) : 0.0f;
+      }
+      if (lane < 4) dec[3 * Cp + lane] = lane == 0 ? expf(gl) : 0.0f;
     }
-    float before = __shfl_up_sync(0xffffffffu, s, 1);
-    if (lane == 0) before = 0.0f;
-    if (2 * lane < n) sGc[2 * lane] = before + x0;
-    if (2 * lane + 1 < n) sGc[2 * lane + 1] = before + x0 + x1;
-    __syncwarp();
-    float* dec = scratch + sc.decays(cb, h);  // exp(gc), scale exp(gc), exp(gl - gc), exp(gl)
-    const float gl = sGc[n - 1];
-    for (int i = lane; i < Cp; i += 32) {
-      const float e = i < n ? expf(sGc[i]) : 0.0f;
-      dec[i] = e;
-      dec[Cp + i] = scale * e;
-      dec[2 * Cp + i] = i < n ? expf(gl - sGc[i]) : 0.0f;
-    }
-    if (lane < 4) dec[3 * Cp + lane] = lane == 0 ? expf(gl) : 0.0f;
-  }
-  __syncthreads();
-  // A and P: warp w the 16 x 32 block at rows 16 (w % 4), columns 32 (w / 4)
-  // of both (K Kᵀ and Q Kᵀ share their B fragments).
-  {
-    static_assert(kChunkWarps == 8 && kMaxChunk == 64, "8 warps cover a 64 x 64 chunk in 16 x 32 blocks");
-    const int m0 = 16 * (warp % 4), n0 = 32 * (warp / 4);
-    if (m0 < Cp && n0 < Cp) {
-      float kk[4][4] = {}, qk[4][4] = {};
-      const auto kat = [&](int i, int a) { return sK[i * pk + a]; };
-      const auto qat = [&](int i, int a) { return sQ[i * pk + a]; };
-      const auto ktat = [&](int a, int j) { return sK[j * pk + a]; };  // Kᵀ; rows past Cp read sQ's, not kept
-      warp_mma_pair(kk, qk, kat, qat, ktat, m0, n0, dkr);
+    __syncthreads();
+    // A = beta_i (K Kᵀ) exp(gc_i - gc_j) below the diagonal, P = (Q Kᵀ)
+    // exp(gc_i - gc_j) on and below it.
+    if (has_block) {
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -685,89 +795,99 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_prep_kernel(
           sP[i * pc + j] = qk[nt][e] * d;
         }
     }
-  }
-  __syncthreads();
-  // T = (I + A)^-1 by forward substitution on the identity: column c by
-  // threads 4c .. 4c + 3, thread s holding T[j][c] for j = s mod 4 and
-  // summing those terms of each row's sum. Stored as T' = T diag(beta).
-  {
-    static_assert(kChunkThreads == 4 * kMaxChunk, "4 threads a column of T");
-    const int c = tid / 4, s = tid % 4;
-    float x[kMaxChunk / 4] = {};
+    __syncthreads();
+    // T = (I + A)^-1 by forward substitution on the identity: column c by
+    // threads 4c .. 4c + 3, thread s holding T[j][c] for j = s mod 4 and
+    // summing those terms of each row's sum. Stored as T' = T diag(beta).
+    {
+      static_assert(kChunkThreads == 4 * kMaxChunk, "4 threads a column of T");
+      const int c = tid / 4, s = tid % 4;
+      float x[kMaxChunk / 4] = {};
 #pragma unroll
-    for (int i = 0; i < kMaxChunk; ++i) {
-      if (i >= Cp) break;
-      float part = 0.0f;
+      for (int i = 0; i < kMaxChunk; ++i) {
+        if (i >= Cp) break;
+        float part = 0.0f;
 #pragma unroll
-      for (int u = 0; u <= i / 4; ++u)
-        if (4 * u + s < i) part = fmaf(sA[i * pc + 4 * u + s], x[u], part);
-      part += __shfl_xor_sync(0xffffffffu, part, 1);
-      part += __shfl_xor_sync(0xffffffffu, part, 2);
-      if (s == i % 4) x[i / 4] = (i == c ? 1.0f : 0.0f) - part;
+        for (int u = 0; u <= i / 4; ++u)
+          if (4 * u + s < i) part = fmaf(sA[i * pc + 4 * u + s], x[u], part);
+        part += __shfl_xor_sync(0xffffffffu, part, 1);
+        part += __shfl_xor_sync(0xffffffffu, part, 2);
+        if (s == i % 4) x[i / 4] = (i == c ? 1.0f : 0.0f) - part;
+      }
+      __syncthreads();  // every column is done reading A
+      if (c < Cp) {
+        const float bc = sBeta[c];  // zero past n: so are T''s columns there (and its rows, T's being the identity's)
+#pragma unroll
+        for (int u = 0; u < kMaxChunk / 4; ++u)
+          if (4 * u + s < Cp) sA[(4 * u + s) * pc + c] = x[u] * bc;
+      }
     }
-    __syncthreads();  // every column is done reading A
-    if (c < Cp) {
-      const float bc = sBeta[c];  // zero past n: so are T''s columns there (and its rows, T's being the identity's)
-#pragma unroll
-      for (int u = 0; u < kMaxChunk / 4; ++u)
-        if (4 * u + s < Cp) sA[(4 * u + s) * pc + c] = x[u] * bc;
+    __syncthreads();
+    // T' and P T' out as bf16 pairs, the planes the scan reads: T' hi, T' lo,
+    // P T' hi, P T' lo, [Cp][Cp] each. P T': warp w the 16 x 32 block as above.
+    __nv_bfloat16* t_out = reinterpret_cast<__nv_bfloat16*>(scratch + sc.t(cb, h));
+    const int pl = Cp * Cp;
+    for (int idx = tid; idx < Cp * Cp / 2; idx += kChunkThreads) {
+      const int i = idx / (Cp / 2), j = 2 * (idx % (Cp / 2));
+      const Bf16Pair pr = split_bf16x2(sA[i * pc + j], sA[i * pc + j + 1]);
+      *reinterpret_cast<uint32_t*>(t_out + i * Cp + j) = pr.hi;
+      *reinterpret_cast<uint32_t*>(t_out + pl + i * Cp + j) = pr.lo;
     }
-  }
-  __syncthreads();
-  // T' out, and P T': warp w the 16 x 32 block as above.
-  float* t_out = scratch + sc.t(cb, h);    // [Cp][Cp]
-  float* pt_out = scratch + sc.pt(cb, h);  // [Cp][Cp]
-  for (int idx = tid; idx < Cp * Cp; idx += kChunkThreads) t_out[idx] = sA[(idx / Cp) * pc + idx % Cp];
-  {
-    const int m0 = 16 * (warp % 4), n0 = 32 * (warp / 4);
-    if (m0 < Cp && n0 < Cp) {
+    if (has_block) {
       float acc[4][4] = {};
       const auto pat = [&](int i, int j) { return sP[i * pc + j]; };
       const auto tat = [&](int j, int x) { return sA[j * pc + x]; };  // columns past Cp read the next row's: not kept
       warp_mma(acc, pat, tat, m0, n0, Cp);
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = m0 + acc_row(e), j = n0 + 8 * nt + acc_col(e);
-          if (j < Cp) pt_out[i * Cp + j] = acc[nt][e];
-        }
+        if (n0 + 8 * nt < Cp) store_pairs(t_out + 2 * pl, t_out + 3 * pl, Cp, m0, n0 + 8 * nt, acc[nt]);
     }
   }
 }
 
-// Shared memory of the scan kernel, in floats: the state tile [dkr][ps];
-// K of two chunks [2][Cp][pk] (this one's and the next's, in flight); Q
-// [Cp][pk], T' and P T' [Cp][pt] of this chunk; v's 32 columns of two
-// chunks [2][Cp][ps]; x and exp(gl - gc) v_new [Cp][ps]; the decays of two
-// chunks [2][nd].
+// K and Q of a chunk as the scan prefetches them into registers a chunk
+// ahead: groups of 4 columns of [K; Q] (2 Cp rows), kPrefetch a thread.
+// The host keeps 2 Cp pow2(dkr / 4) <= kPrefetch kChunkThreads.
+constexpr int kPrefetch = 16;
+
+// Shared memory of the scan kernel, in bytes: as bf16 planes (hi, then lo)
+// the state tile [dkr][ps], K and Q [Cp][pk] each, T' and P T' [Cp][pt]
+// each, x and exp(gl - gc) v_new [Cp][ps] each; in f32, v's 32 columns of
+// two chunks [2][Cp][pv] (this one's and the next's, in flight) and the
+// decays of two chunks [2][nd].
 struct ScanSmem {
   int Cp, dkr;
   __host__ __device__ ScanSmem(int C, int dk) : Cp(round16(C)), dkr(round16(dk)) {}
-  __host__ __device__ int ps() const { return pitch_cols(kScanColumns); }
-  __host__ __device__ int pk() const { return pitch_rows(dkr); }
-  __host__ __device__ int pt() const { return pitch_rows(Cp); }
+  __host__ __device__ int ps() const { return pitch_bf16(kScanColumns); }
+  __host__ __device__ int pk() const { return pitch_bf16(dkr); }
+  __host__ __device__ int pt() const { return pitch_bf16(Cp); }
+  __host__ __device__ int pv() const { return pitch_cols(kScanColumns); }
   __host__ __device__ int nd() const { return 3 * Cp + 4; }
+  __host__ __device__ int64_t plane_s() const { return int64_t(dkr) * ps() * 2; }  // bytes of one plane
+  __host__ __device__ int64_t plane_k() const { return int64_t(Cp) * pk() * 2; }
+  __host__ __device__ int64_t plane_t() const { return int64_t(Cp) * pt() * 2; }
+  __host__ __device__ int64_t plane_x() const { return int64_t(Cp) * ps() * 2; }
   __host__ __device__ int64_t s() const { return 0; }
-  __host__ __device__ int64_t k() const { return s() + int64_t(dkr) * ps(); }
-  __host__ __device__ int64_t q() const { return k() + 2 * int64_t(Cp) * pk(); }
-  __host__ __device__ int64_t t() const { return q() + int64_t(Cp) * pk(); }
-  __host__ __device__ int64_t pt_() const { return t() + int64_t(Cp) * pt(); }
-  __host__ __device__ int64_t v() const { return pt_() + int64_t(Cp) * pt(); }
-  __host__ __device__ int64_t x() const { return v() + 2 * int64_t(Cp) * ps(); }
-  __host__ __device__ int64_t vn() const { return x() + int64_t(Cp) * ps(); }
-  __host__ __device__ int64_t dec() const { return vn() + int64_t(Cp) * ps(); }
-  __host__ __device__ int64_t total() const { return dec() + 2 * int64_t(nd()); }
+  __host__ __device__ int64_t k() const { return s() + 2 * plane_s(); }
+  __host__ __device__ int64_t q() const { return k() + 2 * plane_k(); }
+  __host__ __device__ int64_t t() const { return q() + 2 * plane_k(); }  // T' hi, T' lo, P T' hi, P T' lo
+  __host__ __device__ int64_t x() const { return t() + 4 * plane_t(); }
+  __host__ __device__ int64_t vn() const { return x() + 2 * plane_x(); }
+  __host__ __device__ int64_t v() const { return vn() + 2 * plane_x(); }
+  __host__ __device__ int64_t dec() const { return v() + 2 * int64_t(Cp) * pv() * 4; }
+  __host__ __device__ int64_t bytes() const { return dec() + 2 * int64_t(nd()) * 4; }
 };
 
 // grid: (n_rows, n_head, ceil(dv / 32)); block: kChunkThreads. Chunks
-// b0..b1 - 1 of the segment.
+// b0..b1 - 1 of the segment. kStateTiles: 16-row tiles of the state a warp
+// owns, dkr <= 128 kStateTiles.
+template <int kStateTiles>
 __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_scan_kernel(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, int C, int n_head_k,
     int n_head, int dk, int dv, const RecurrentRow* __restrict__ rows, int b0, int b1, ChunkScratch sc,
     const float* __restrict__ scratch, float* __restrict__ state, float* __restrict__ out) {
   pdl_entry();
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
   const int r = int(blockIdx.x);
   const RecurrentRow row = rows[r];
   int base = 0;  // the row's first chunk
@@ -778,53 +898,132 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_scan_kernel(
   const int h = blockIdx.y, hk = h / (n_head / n_head_k), col0 = blockIdx.z * kScanColumns,
             ncol = min(kScanColumns, dv - col0);
   const ScanSmem L(C, dk);
-  const int Cp = L.Cp, dkr = L.dkr, ps = L.ps(), pk = L.pk(), pt = L.pt(), nd = L.nd();
-  float* sS = smem + L.s();     // [dkr][ps]
-  float* sK = smem + L.k();     // [2][Cp][pk]
-  float* sQ = smem + L.q();     // [Cp][pk]
-  float* sT = smem + L.t();     // [Cp][pt]
-  float* sPT = smem + L.pt_();  // [Cp][pt]
-  float* sV = smem + L.v();     // [2][Cp][ps]
-  float* sX = smem + L.x();     // [Cp][ps]
-  float* sVn = smem + L.vn();   // [Cp][ps]
-  float* sDec = smem + L.dec();  // [2][nd]
-  const int tid = int(threadIdx.x), warp = tid / 32;
+  const int Cp = L.Cp, dkr = L.dkr, ps = L.ps(), pk = L.pk(), pt = L.pt(), pv = L.pv(), nd = L.nd();
+  using bf = __nv_bfloat16;
+  bf* sSh = reinterpret_cast<bf*>(smem_bytes + L.s());
+  bf* sSl = reinterpret_cast<bf*>(smem_bytes + L.s() + L.plane_s());
+  bf* sKh = reinterpret_cast<bf*>(smem_bytes + L.k());
+  bf* sKl = reinterpret_cast<bf*>(smem_bytes + L.k() + L.plane_k());
+  bf* sQh = reinterpret_cast<bf*>(smem_bytes + L.q());
+  bf* sQl = reinterpret_cast<bf*>(smem_bytes + L.q() + L.plane_k());
+  bf* sT = reinterpret_cast<bf*>(smem_bytes + L.t());  // 4 planes of [Cp][pt]
+  bf* sXh = reinterpret_cast<bf*>(smem_bytes + L.x());
+  bf* sXl = reinterpret_cast<bf*>(smem_bytes + L.x() + L.plane_x());
+  bf* sVh = reinterpret_cast<bf*>(smem_bytes + L.vn());
+  bf* sVl = reinterpret_cast<bf*>(smem_bytes + L.vn() + L.plane_x());
+  float* sV = reinterpret_cast<float*>(smem_bytes + L.v());      // [2][Cp][pv]
+  float* sDec = reinterpret_cast<float*>(smem_bytes + L.dec());  // [2][nd]
+  const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const bool vec_qk = dk % 4 == 0 && aligned16(q) && aligned16(k), vec_v = dv % 4 == 0 && aligned16(v);
-  float* S = state + (int64_t(row.slot) * n_head + h) * dk * dv;  // [dk, dv]
-  batched_fill(
-      dkr * kScanColumns,
-      [&](int idx) {
-        const int a = idx / kScanColumns, j = idx % kScanColumns;
-        return a < dk && j < ncol ? S[int64_t(a) * dv + col0 + j] : 0.0f;
-      },
-      [&](int idx, float val) { sS[(idx / kScanColumns) * ps + idx % kScanColumns] = val; });
-  // Copies in flight, as cp.async groups in the order issued: K, v and the
-  // decays of chunk c + 1 (other buffers) as chunk c starts; Q of c + 1 once
-  // c's products with Q are done, T' and P T' of c + 1 once c's with them
-  // are. A group past the row's last chunk is empty.
   const auto tokens = [&](int c) { return min(C, row.n_tokens - c * C); };
   const auto first = [&](int c) { return int64_t(row.token_begin) + int64_t(c) * C; };
-  const auto load_kv = [&](int c) {
+
+  // The state: warp w owns rows 16 w, 16 (w + 8) of its tile in f32
+  // registers (accumulator layout) and writes them as bf16 pairs to the
+  // planes the products read.
+  float st[kStateTiles][4][4];
+  float* S = state + (int64_t(row.slot) * n_head + h) * dk * dv;  // [dk, dv]
+  const auto each_state = [&](auto&& f) {  // f(element, its row, its column) over this lane's
+#pragma unroll
+    for (int u = 0; u < kStateTiles; ++u) {
+      const int mt = warp + kChunkWarps * u;
+      if (16 * mt >= dkr) continue;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) f(st[u][nt][e], 16 * mt + acc_row(e), 8 * nt + acc_col(e));
+    }
+  };
+  const auto state_to_planes = [&]() {
+#pragma unroll
+    for (int u = 0; u < kStateTiles; ++u) {
+      const int mt = warp + kChunkWarps * u;
+      if (16 * mt >= dkr) continue;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) store_pairs(sSh, sSl, ps, 16 * mt, 8 * nt, st[u][nt]);
+    }
+  };
+  each_state([&](float& x, int a, int j) { x = a < dk && j < ncol ? S[int64_t(a) * dv + col0 + j] : 0.0f; });
+  state_to_planes();
+
+  // K and Q of a chunk: [K; Q] (2 Cp rows) in groups of 4 columns, cgp
+  // groups a row (dkr / 4 rounded up to a power of two; those past dkr are
+  // skipped), so that a thread keeps one column group and walks the rows
+  // 256 / cgp apart.
+  const int lg = 31 - __clz(max(1, dkr / 4 - 1)) + 1, rstep = kChunkThreads >> lg;
+  const int g_row = tid >> lg, g_col = 4 * (tid & ((1 << lg) - 1));
+  const bool g_in = g_col < dkr;
+  float4 pf[kPrefetch];
+  const auto prefetch = [&](int c) {
+    const int n = tokens(c);
+    const int64_t t0 = first(c);
+    const int64_t stride = int64_t(n_head_k) * dk;
+    const float* kb = k + (t0 * n_head_k + hk) * dk + g_col;
+    const float* qb = q + (t0 * n_head_k + hk) * dk + g_col;
+#pragma unroll
+    for (int u = 0; u < kPrefetch; ++u) {
+      const int i = g_row + rstep * u, tok = i < Cp ? i : i - Cp;
+      const float* src = (i < Cp ? kb : qb) + tok * stride;
+      float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (i < 2 * Cp && tok < n) {
+        if (vec_qk) {
+          if (g_col < dk) x = *reinterpret_cast<const float4*>(src);
+        } else {
+          x.x = g_col < dk ? src[0] : 0.0f;
+          x.y = g_col + 1 < dk ? src[1] : 0.0f;
+          x.z = g_col + 2 < dk ? src[2] : 0.0f;
+          x.w = g_col + 3 < dk ? src[3] : 0.0f;
+        }
+      }
+      pf[u] = x;
+    }
+  };
+  const auto store_prefetched = [&]() {
+#pragma unroll
+    for (int u = 0; u < kPrefetch; ++u) {
+      const int i = g_row + rstep * u;
+      if (g_in && i < 2 * Cp) {
+        const int off = (i < Cp ? i : i - Cp) * pk + g_col;
+        const Bf16Pair p0 = split_bf16x2(pf[u].x, pf[u].y), p1 = split_bf16x2(pf[u].z, pf[u].w);
+        *reinterpret_cast<uint2*>((i < Cp ? sKh : sQh) + off) = make_uint2(p0.hi, p1.hi);
+        *reinterpret_cast<uint2*>((i < Cp ? sKl : sQl) + off) = make_uint2(p0.lo, p1.lo);
+      }
+    }
+  };
+  // Copies in flight, as cp.async groups in the order issued: v and the
+  // decays of chunk c + 1 (other buffers) as chunk c starts, T' and P T' of
+  // c + 1 once c's products with them are done. A group past the row's last
+  // chunk is empty.
+  const auto load_v = [&](int c) {
     if (c < hi) {
       const int n = tokens(c);
       const int64_t t0 = first(c);
-      load_tile(sK + (c & 1) * Cp * pk, pk, k + (t0 * n_head_k + hk) * dk, int64_t(n_head_k) * dk, Cp, n, dk, dkr,
-                vec_qk);
-      load_tile(sV + (c & 1) * Cp * ps, ps, v + (t0 * n_head + h) * dv + col0, int64_t(n_head) * dv, Cp, n, ncol,
-                kScanColumns, vec_v);
-      load_tile(sDec + (c & 1) * nd, nd, scratch + sc.decays(base + c - b0, h), 0, 1, 1, nd, nd, true);
+      float* dst = sV + (c & 1) * Cp * pv;
+      const float* src = v + (t0 * n_head + h) * dv + col0;
+      const int64_t stride = int64_t(n_head) * dv;
+      for (int i = warp; i < Cp; i += kChunkWarps) {  // a warp a row, a lane 4 columns
+        if (lane >= kScanColumns / 4) continue;
+        const int a = 4 * lane;
+        if (vec_v) {
+          const bool in = i < n && a < ncol;
+          cp_async16(dst + i * pv + a, in ? src + i * stride + a : src, in);
+        } else {
+          for (int e = 0; e < 4; ++e) dst[i * pv + a + e] = i < n && a + e < ncol ? src[i * stride + a + e] : 0.0f;
+        }
+      }
+      const float* dsrc = scratch + sc.decays(base + c - b0, h);
+      for (int x = tid; x < nd / 4; x += kChunkThreads) cp_async16(sDec + (c & 1) * nd + 4 * x, dsrc + 4 * x, true);
     }
-    cp_async_commit();
-  };
-  const auto load_q = [&](int c) {
-    if (c < hi)
-      load_tile(sQ, pk, q + (first(c) * n_head_k + hk) * dk, int64_t(n_head_k) * dk, Cp, tokens(c), dk, dkr, vec_qk);
     cp_async_commit();
   };
   const auto load_t = [&](int c) {
     if (c < hi) {
-      load_tile(sT, pt, scratch + sc.t(base + c - b0, h), Cp, Cp, Cp, Cp, Cp, true);
-      load_tile(sPT, pt, scratch + sc.pt(base + c - b0, h), Cp, Cp, Cp, Cp, Cp, true);
+      const bf* src = reinterpret_cast<const bf*>(scratch + sc.t(base + c - b0, h));  // 4 planes of [Cp][Cp]
+      const int per_row = Cp / 8;                                                    // 16-byte pieces
+      for (int idx = tid; idx < 4 * Cp * per_row; idx += kChunkThreads) {
+        const int i = idx / per_row, x = idx % per_row;
+        cp_async16(sT + i * pt + 8 * x, src + i * Cp + 8 * x, true);
+      }
     }
     cp_async_commit();
   };
@@ -832,83 +1031,81 @@ __global__ void __launch_bounds__(kChunkThreads) gdr_chunk_scan_kernel(
   // columns 16 (w / 4), both 16 long.
   const int m0 = 16 * (warp % 4), n0 = 16 * (warp / 4);
   const bool has_tile = m0 < Cp;
-  const auto sat = [&](int a, int j) { return sS[a * ps + j]; };
-  const auto qat = [&](int i, int a) { return sQ[i * pk + a]; };
-  const auto tat = [&](int i, int j) { return sT[i * pt + j]; };
-  const auto ptat = [&](int i, int j) { return sPT[i * pt + j]; };
-  const auto xat = [&](int i, int j) { return sX[i * ps + j]; };
-  const auto vnat = [&](int i, int j) { return sVn[i * ps + j]; };
-  load_kv(lo);
-  load_q(lo);
+  const int la_k = lane_a(pk), la_t = lane_a(pt), lat_k = lane_at(pk), lb_s = lane_a(ps);  // B .trans: same form as A's
+  load_v(lo);
   load_t(lo);
+  prefetch(lo);
+  store_prefetched();
   for (int c = lo; c < hi; ++c) {
     const int n = tokens(c);
     const int64_t t0 = first(c);
-    const float* kb = sK + (c & 1) * Cp * pk;
-    const float* vb = sV + (c & 1) * Cp * ps;
+    const float* vb = sV + (c & 1) * Cp * pv;
     const float* db = sDec + (c & 1) * nd;  // exp(gc), scale exp(gc), exp(gl - gc), exp(gl)
-    const auto kat = [&](int i, int a) { return kb[i * pk + a]; };
-    const auto ktat = [&](int a, int i) { return kb[i * pk + a]; };  // Kᵀ
-    load_kv(c + 1);  // the previous chunk is done with those buffers
+    load_v(c + 1);  // the previous chunk is done with those buffers
+    if (c + 1 < hi) prefetch(c + 1);
     cp_async_wait<2>();
-    __syncthreads();  // K, v, the decays and Q of chunk c are in
-    // K S and Q S. x = v - exp(gc) (K S) to shared memory (zero past n and
+    __syncthreads();  // v and the decays of chunk c are in; K, Q and the state's planes written
+    // K S and Q S. x = v - exp(gc) (K S) to its planes (zero past n and
     // ncol: K, v and the decay are); scale exp(gc) (Q S) kept, the outputs
     // less (P T') x.
     float o[2][4] = {};
     if (has_tile) {
       float ks[2][4] = {};
-      warp_mma_pair(ks, o, kat, qat, sat, m0, n0, dkr);
+      warp_mma_bf16_pair(ks, o, sKh + m0 * pk + la_k, sKl + m0 * pk + la_k, sQh + m0 * pk + la_k,
+                         sQl + m0 * pk + la_k, sSh + n0 + lb_s, sSl + n0 + lb_s, 16 * ps, dkr);
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+      for (int nt = 0; nt < 2; ++nt) {
+        const int i = m0 + lane_g(), j = n0 + 8 * nt + 2 * lane_t();  // elements (i, j..j+1), (i + 8, j..j+1)
+        const float2 v0 = *reinterpret_cast<const float2*>(vb + i * pv + j);
+        const float2 v1 = *reinterpret_cast<const float2*>(vb + (i + 8) * pv + j);
+        const float x[4] = {v0.x - db[i] * ks[nt][0], v0.y - db[i] * ks[nt][1], v1.x - db[i + 8] * ks[nt][2],
+                            v1.y - db[i + 8] * ks[nt][3]};
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = m0 + acc_row(e), j = n0 + 8 * nt + acc_col(e);
-          sX[i * ps + j] = vb[i * ps + j] - db[i] * ks[nt][e];
-          o[nt][e] *= db[Cp + i];
-        }
+        for (int e = 0; e < 4; ++e) o[nt][e] *= db[Cp + m0 + acc_row(e)];
+        store_pairs(sXh, sXl, ps, m0, n0 + 8 * nt, x);
+      }
     }
-    __syncthreads();  // x complete; Q free
-    load_q(c + 1);
-    cp_async_wait<2>();
-    __syncthreads();  // T' and P T' of chunk c are in
+    cp_async_wait<1>();
+    __syncthreads();  // x complete; T' and P T' of chunk c are in
     // v_new = T' x, kept as exp(gl - gc) v_new for the state; out += (P T') x.
     if (has_tile) {
       float vn[2][4] = {};
-      warp_mma_pair(vn, o, tat, ptat, xat, m0, n0, Cp);
+      const int pl = Cp * pt;  // elements a plane
+      warp_mma_bf16_pair(vn, o, sT + m0 * pt + la_t, sT + pl + m0 * pt + la_t, sT + 2 * pl + m0 * pt + la_t,
+                         sT + 3 * pl + m0 * pt + la_t, sXh + n0 + lb_s, sXl + n0 + lb_s, 16 * ps, Cp);
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
+      for (int nt = 0; nt < 2; ++nt) {
+        float x[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int i = m0 + acc_row(e), j = n0 + 8 * nt + acc_col(e);
-          sVn[i * ps + j] = db[2 * Cp + i] * vn[nt][e];
+          x[e] = db[2 * Cp + i] * vn[nt][e];
           if (i < n && j < ncol) out[((t0 + i) * n_head + h) * dv + col0 + j] = o[nt][e];
         }
+        store_pairs(sVh, sVl, ps, m0, n0 + 8 * nt, x);
+      }
     }
     __syncthreads();  // v_new complete; T' and P T' free
     load_t(c + 1);
-    // S <- exp(gl) S + Kᵀ (exp(gl - gc) v_new): warp w the state rows
-    // 16 w, 16 (w + 8), ..., each read and written by its own lanes only.
+    // S <- exp(gl) S + Kᵀ (exp(gl - gc) v_new) on the owners' registers,
+    // then to the planes.
     const float el = db[3 * Cp];
-    for (int mt = warp; mt < dkr / 16; mt += kChunkWarps) {
-      float acc[4][4];
+    each_state([&](float& x, int, int) { x *= el; });
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[nt][e] = el * sS[(16 * mt + acc_row(e)) * ps + 8 * nt + acc_col(e)];
-      warp_mma(acc, ktat, vnat, 16 * mt, 0, Cp);
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) sS[(16 * mt + acc_row(e)) * ps + 8 * nt + acc_col(e)] = acc[nt][e];
+    for (int u = 0; u < kStateTiles; ++u) {
+      const int mt = warp + kChunkWarps * u;
+      if (16 * mt < dkr)
+        warp_mma_bf16(st[u], sKh + 16 * mt + lat_k, sKl + 16 * mt + lat_k, 16 * pk, true, sVh + lb_s, sVl + lb_s,
+                      16 * ps, Cp);
     }
-    __syncthreads();  // the next chunk reads the state and refills this chunk's buffers
+    state_to_planes();
+    __syncthreads();  // every read of this chunk's K and Q is done
+    if (c + 1 < hi) store_prefetched();
   }
   cp_async_wait<0>();
-  for (int idx = tid; idx < dkr * kScanColumns; idx += kChunkThreads) {
-    const int a = idx / kScanColumns, j = idx % kScanColumns;
-    if (a < dk && j < ncol) S[int64_t(a) * dv + col0 + j] = sS[a * ps + j];
-  }
+  each_state([&](float& x, int a, int j) {
+    if (a < dk && j < ncol) S[int64_t(a) * dv + col0 + j] = x;
+  });
 }
 }  // namespace
 
@@ -1046,10 +1243,17 @@ void gated_delta_rule_chunked(const float* q, const float* k, const float* v, co
   // differs by rounding only.
   int C = int(chunk_size);
   auto smem_bytes = [&](int c) {
-    return std::max(PrepSmem(c, dk).total(), ScanSmem(c, dk).total()) * int64_t(sizeof(float));
+    return std::max(PrepSmem(c, dk).total() * int64_t(sizeof(float)), ScanSmem(c, dk).bytes());
   };
-  while (C > 16 && smem_bytes(C) > 227 * 1024) C /= 2;
-  if (smem_bytes(C) > 227 * 1024)
+  // The scan prefetches a chunk's K and Q into registers, kPrefetch groups
+  // of 4 a thread.
+  auto prefetch_fits = [&](int c) {
+    int groups = 1;  // a row's column groups, a power of two
+    while (groups < round16(dk) / 4) groups *= 2;
+    return 2 * round16(c) * groups <= kPrefetch * kChunkThreads;
+  };
+  while (C > 16 && (smem_bytes(C) > 227 * 1024 || !prefetch_fits(C))) C /= 2;
+  if (smem_bytes(C) > 227 * 1024 || !prefetch_fits(C))
     fail("[gated_delta_rule_chunked] head dims ", dk, " x ", dv, " need more shared memory than a block has");
   const int64_t n_chunks = ceil_div(n_tokens, int64_t(C)) + n_rows;  // a bound: rows may end mid-chunk
   if (n_chunks > 0x7fffffff) fail("[gated_delta_rule_chunked] ", n_tokens, " tokens exceed one launch");
@@ -1062,15 +1266,21 @@ void gated_delta_rule_chunked(const float* q, const float* k, const float* v, co
     }
   };
   const size_t prep_smem = size_t(PrepSmem(C, dk).total()) * sizeof(float);
-  const size_t scan_smem = size_t(ScanSmem(C, dk).total()) * sizeof(float);
+  const size_t scan_smem = size_t(ScanSmem(C, dk).bytes());
   static size_t prep_granted = 0, scan_granted = 0;
   grant(gdr_chunk_prep_kernel, prep_smem, prep_granted);
-  grant(gdr_chunk_scan_kernel, scan_smem, scan_granted);
+  static size_t scan2_granted = 0;
+  const bool wide = round16(dk) > 16 * kChunkWarps;  // two state tiles a warp
+  if (wide)
+    grant(gdr_chunk_scan_kernel<2>, scan_smem, scan2_granted);
+  else
+    grant(gdr_chunk_scan_kernel<1>, scan_smem, scan_granted);
   for (int64_t b0 = 0; b0 < n_chunks; b0 += sc.nb) {
     const int64_t b1 = std::min(n_chunks, b0 + sc.nb);
-    launch("gdr_chunk_prep_kernel", gdr_chunk_prep_kernel, dim3(unsigned(b1 - b0), unsigned(H)), dim3(kChunkThreads),
+    launch("gdr_chunk_prep_kernel", gdr_chunk_prep_kernel, dim3(unsigned(b1 - b0), unsigned(d.n_head_k)),
+           dim3(kChunkThreads),
            prep_smem, s, q, k, g, beta, scale, C, int(d.n_head_k), H, dk, rows, int(n_rows), int(b0), sc, scratch);
-    launch("gdr_chunk_scan_kernel", gdr_chunk_scan_kernel,
+    launch("gdr_chunk_scan_kernel", wide ? gdr_chunk_scan_kernel<2> : gdr_chunk_scan_kernel<1>,
            dim3(unsigned(n_rows), unsigned(H), blocks_for(dv, kScanColumns)), dim3(kChunkThreads), scan_smem, s, q, k,
            v, C, int(d.n_head_k), H, dk, dv, rows, int(b0), int(b1), sc, static_cast<const float*>(scratch), state,
            out);
