@@ -3,7 +3,7 @@
 by a profile build: -DAUGUR_CUDA_PROFILE=ON, `PROFILE=1
 scripts/build_cuda_bundle.sh`) and prints where a decode step spends its time.
 
-  timeline.py FILE [--steps N] [--with NAME]
+  timeline.py FILE [--steps N] [--with NAME] [--longest]
 
 Steps start at each embedding_kernel; the last N steps with the most common
 kernel count (the decode steps) are averaged position by position. --with
@@ -15,7 +15,8 @@ kernel: "adds", its end minus the previous kernel's end (the time the step's
 critical path spends on it, as kernels finish in order), "gap", its start
 minus the previous end (negative: it was resident early, through PDL), and
 its duration. Then the totals of "adds" by kernel name and one middle layer
-in full.
+in full. --longest takes the single longest step instead (a prefill forward,
+e.g. of `augur bench DIR --prompt 16384 --gen 1`).
 """
 import argparse
 import collections
@@ -35,6 +36,7 @@ def main():
     ap.add_argument("file")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--with", dest="with_name", default="")
+    ap.add_argument("--longest", action="store_true", help="the longest step alone (a prefill)")
     args = ap.parse_args()
     with open(args.file) as f:
         ks = [(int(r["start_ns"]), int(r["end_ns"]), short(r["name"]), int(r["grid"])) for r in csv.DictReader(f)]
@@ -54,8 +56,12 @@ def main():
     if not pool:
         print(f"no steps with a kernel named like {args.with_name!r}")
         return
-    mode = collections.Counter(len(s) for s in pool).most_common(1)[0][0]
-    chosen = [s for s in pool if len(s) == mode][-args.steps:]
+    if args.longest:
+        chosen = [max(pool, key=lambda s: s[-1][1] - s[0][0])]
+        mode = len(chosen[0])
+    else:
+        mode = collections.Counter(len(s) for s in pool).most_common(1)[0][0]
+        chosen = [s for s in pool if len(s) == mode][-args.steps:]
     n = len(chosen)
     names = [k[2] for k in chosen[0]]
     adds, gaps, durs = [0.0] * mode, [0.0] * mode, [0.0] * mode
