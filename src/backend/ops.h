@@ -31,8 +31,9 @@ void linear(const Tensor& x, const Tensor& w, const Tensor& y);
 void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& y);
 // y = (rms_norm(x) * g) · wᵀ: on CUDA for at most 2 rows one stream GEMV with
 // the norm in its prologue (a decode step's first projection, its logits),
-// otherwise rms_norm into h, then linear.
-// x, h: [M, K]; g: [K]; w: [N, K]; y: [M, N]
+// otherwise rms_norm into h, then linear (on CUDA's tensor-core path the norm
+// writes the matmul's 16-bit input itself, the same bits, and h is not
+// written). x, h: [M, K]; g: [K]; w: [N, K]; y: [M, N]
 void rms_norm_linear(const Tensor& x, const Tensor& g, float eps, const Tensor& w, const Tensor& h, const Tensor& y);
 
 // a += b.  a, b: same shape, f32
@@ -55,7 +56,8 @@ void add_rms_norm(const Tensor& x, const Tensor& o, const Tensor& w, float eps, 
 void swiglu_packed(const Tensor& gate_up, const Tensor& out);
 
 // The down projection of a fused-gate/up MLP: y = swiglu_packed(gate_up) · wᵀ.
-// act: [M, D] f32 scratch for the SwiGLU. gate_up: [M, 2D]; w: [N, D]; y: [M, N]
+// act: [M, D] f32 scratch for the SwiGLU (not written where, on CUDA, the
+// SwiGLU writes the matmul's 16-bit input). gate_up: [M, 2D]; w: [N, D]; y: [M, N]
 void swiglu_linear(const Tensor& gate_up, const Tensor& w, const Tensor& act, const Tensor& y);
 
 // The rest of a pre-norm decoder block after its mixer, with a fused gate/up
@@ -66,7 +68,9 @@ void swiglu_linear(const Tensor& gate_up, const Tensor& w, const Tensor& act, co
 // (without it x is left at x + a · w_outᵀ, out not added). On CUDA at most 2
 // rows: stream GEMVs with the residual adds, norms and SwiGLU in their ends
 // (h and gu not written); elsewhere linear, add_rms_norm, linear,
-// swiglu_linear (+ add_rms_norm, linear) through the scratch h, gu, act.
+// swiglu_linear (+ add_rms_norm, linear) through the scratch h, gu, act (on
+// CUDA's tensor-core path the norms and the SwiGLU write the matmuls' 16-bit
+// inputs themselves, the same bits, and h and act are not written).
 // a: [M, Ka]; w_out: [D, Ka]; x, h, out: [M, D]; g, g_next: [D] f32;
 // gate_up: [2F, D]; down: [D, F]; gu: [M, 2F]; act: [M, F]; w_next: [N, D]; y_next: [M, N]
 void block_tail(const Tensor& a, const Tensor& w_out, const Tensor& x, const Tensor& g, float eps,

@@ -76,6 +76,35 @@ void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& y) {
     cpu::rms_norm(x.data<float>(), w.data<float>(), eps, rows_of(x), D, y.data<float>());
 }
 
+namespace {
+
+// Whether the operands of a norm and the linear after it can go through
+// cuda::norm_matmul_tc / add_norm_matmul_tc (the norm writing the matmul's
+// 16-bit input): all on CUDA, f32 activations contiguous, w a contiguous
+// 16-bit [N, K] matrix, shapes agreeing. Those return false where the rows
+// do not go to cuBLASLt; the caller then runs the ops one by one.
+bool tc_norm_operands(const Tensor& x, const Tensor& g, const Tensor& w, const Tensor& y) {
+  for (const Tensor* t : {&x, &g, &y})
+    if (!on_cuda(*t) || t->dtype() != DType::F32 || !t->is_contiguous()) return false;
+  return on_cuda(w) && is_half(w.dtype()) && w.ndim() == 2 && w.is_contiguous() && w.dim(1) == x.dim(-1) &&
+         g.numel() == x.dim(-1) && y.dim(-1) == w.dim(0) && rows_of(y) == rows_of(x);
+}
+
+// x += o; y = (rms_norm(x) * g) · wᵀ: add_rms_norm into h, then linear, or on
+// CUDA's tensor-core path the same bits without h.
+void add_rms_norm_linear(const Tensor& x, const Tensor& o, const Tensor& g, float eps, const Tensor& h,
+                         const Tensor& w, const Tensor& y) {
+  if (tc_norm_operands(x, g, w, y) && on_cuda(o) && o.dtype() == DType::F32 && o.is_contiguous() &&
+      o.numel() == x.numel() && o.raw() != x.raw() &&
+      cuda::add_norm_matmul_tc(x.data<float>(), o.data<float>(), g.data<float>(), eps, rows_of(x), x.dim(-1),
+                               half_ptr(w), half_of(w), w.dim(0), y.data<float>(), cuda::stream()))
+    return;
+  add_rms_norm(x, o, g, eps, h);
+  linear(h, w, y);
+}
+
+}  // namespace
+
 void rms_norm_linear(const Tensor& x, const Tensor& g, float eps, const Tensor& w, const Tensor& h, const Tensor& y) {
   const Device dev = x.device();
   auto aligned = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0; };
@@ -92,6 +121,10 @@ void rms_norm_linear(const Tensor& x, const Tensor& g, float eps, const Tensor& 
                       cuda::stream());
     return;
   }
+  if (tc_norm_operands(x, g, w, y) &&
+      cuda::norm_matmul_tc(x.data<float>(), rows_of(x), w.dim(1), g.data<float>(), eps, half_ptr(w), half_of(w),
+                           w.dim(0), y.data<float>(), cuda::stream()))
+    return;
   rms_norm(x, g, eps, h);
   linear(h, w, y);
 }
@@ -215,14 +248,10 @@ void block_tail(const Tensor& a, const Tensor& w_out, const Tensor& x, const Ten
     cuda::block_tail(t, cuda::stream());
   } else {
     linear(a, w_out, out);
-    add_rms_norm(x, out, g, eps, h);  // x += out; h = norm(x)
-    linear(h, gate_up, gu);
+    add_rms_norm_linear(x, out, g, eps, h, gate_up, gu);  // x += out; gu = norm(x) · gate_upᵀ
     swiglu_linear(gu, down, act, out);
   }
-  if (next && !fused_next) {
-    add_rms_norm(x, out, g_next, eps, h);
-    linear(h, w_next, y_next);
-  }
+  if (next && !fused_next) add_rms_norm_linear(x, out, g_next, eps, h, w_next, y_next);
 }
 
 void swiglu_packed(const Tensor& gate_up, const Tensor& out) {

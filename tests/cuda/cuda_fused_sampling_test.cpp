@@ -417,6 +417,77 @@ TEST_F(CudaFused, RmsNormLinearEqualsNormThenLinear) {
   }
 }
 
+// Prefill rows (M > 8, cuBLASLt's path): the norms and the SwiGLU write the
+// matmuls' 16-bit inputs themselves (cuda::norm_matmul_tc,
+// add_norm_matmul_tc, swiglu_matmul). That must be the same bits as the ops
+// one by one, which write f32 and round it in to_half: rms_norm_linear
+// against rms_norm + linear, and block_tail (with a next projection) against
+// linear, add_rms_norm, linear, swiglu_packed, linear, add_rms_norm, linear.
+// Shapes: rows in float4 runs and not (D = 100, F = 68: the scalar ends),
+// bf16 and f16 weights.
+TEST_F(CudaFused, PrefillNormAndSwigluWriteTheMatmulInputBitEqual) {
+  std::mt19937 rng(45);
+  struct Case {
+    int64_t M, D, F, N;
+    DType wt;
+  };
+  for (const Case& c : {Case{40, 1032, 2056, 1032, DType::BF16}, Case{300, 100, 68, 36, DType::F16},
+                        Case{9, 4096, 4096, 512, DType::BF16}}) {
+    SCOPED_TRACE(testing::Message() << "M=" << c.M << " D=" << c.D << " F=" << c.F << " N=" << c.N);
+    auto weights = [&](int64_t rows, int64_t cols) {
+      Tensor w = Tensor::empty(c.wt, {rows, cols});
+      std::uniform_real_distribution<float> u(-0.05f, 0.05f);
+      for (int64_t i = 0; i < rows * cols; ++i)
+        w.data<uint16_t>()[i] = c.wt == DType::F16 ? f32_to_f16(u(rng)) : f32_to_bf16(u(rng));
+      return to_device(w, Device::CUDA);
+    };
+    auto floats = [&](std::vector<int64_t> shape, float lo, float hi) {
+      Tensor t = Tensor::empty(DType::F32, shape.data(), int(shape.size()));
+      const std::vector<float> v = uniform_floats(size_t(t.numel()), rng, lo, hi);
+      std::copy(v.begin(), v.end(), t.data<float>());
+      return to_device(t, Device::CUDA);
+    };
+    auto f32 = [&](std::vector<int64_t> shape) {
+      return empty_on(Device::CUDA, DType::F32, shape.data(), int(shape.size()));
+    };
+    auto same_bits = [](const Tensor& got, const Tensor& want, const char* what) {
+      const Tensor a = to_device(got, Device::CPU), b = to_device(want, Device::CPU);
+      ASSERT_EQ(a.numel(), b.numel());
+      int64_t differ = 0;
+      for (int64_t i = 0; i < a.numel(); ++i) differ += std::memcmp(&a.data<float>()[i], &b.data<float>()[i], 4) != 0;
+      EXPECT_EQ(differ, 0) << what << ": " << differ << " of " << a.numel() << " values differ";
+    };
+    const Tensor w_out = weights(c.D, c.D), gate_up = weights(2 * c.F, c.D), down = weights(c.D, c.F);
+    const Tensor w_next = weights(c.N, c.D);
+    const Tensor a = floats({c.M, c.D}, -2.f, 2.f), x0 = floats({c.M, c.D}, -2.f, 2.f);
+    const Tensor g = floats({c.D}, 0.5f, 1.5f), g_next = floats({c.D}, 0.5f, 1.5f);
+    const float eps = 1e-6f;
+
+    const Tensor y1 = f32({c.M, c.N}), y1_want = f32({c.M, c.N}), h = f32({c.M, c.D});
+    ops::rms_norm_linear(x0, g, eps, w_next, h, y1);
+    ops::rms_norm(x0, g, eps, h);
+    ops::linear(h, w_next, y1_want);
+    same_bits(y1, y1_want, "rms_norm_linear");
+
+    const Tensor x = f32({c.M, c.D}), x_want = f32({c.M, c.D});
+    copy_tensor(x0, x);
+    copy_tensor(x0, x_want);
+    const Tensor gu = f32({c.M, 2 * c.F}), act = f32({c.M, c.F}), out = f32({c.M, c.D}), y = f32({c.M, c.N});
+    ops::block_tail(a, w_out, x, g, eps, gate_up, down, h, gu, act, out, w_next, g_next, y);
+    const Tensor o_want = f32({c.M, c.D}), out_want = f32({c.M, c.D}), y_want = f32({c.M, c.N});
+    ops::linear(a, w_out, o_want);
+    ops::add_rms_norm(x_want, o_want, g, eps, h);
+    ops::linear(h, gate_up, gu);
+    ops::swiglu_packed(gu, act);
+    ops::linear(act, down, out_want);
+    ops::add_rms_norm(x_want, out_want, g_next, eps, h);
+    ops::linear(h, w_next, y_want);
+    same_bits(out, out_want, "block_tail out");
+    same_bits(x, x_want, "block_tail x");
+    same_bits(y, y_want, "block_tail y_next");
+  }
+}
+
 TEST_F(CudaSampling, AgreesWithCpuReferenceAndRepeats) {
   std::mt19937 rng(41);
   std::uniform_real_distribution<float> u01(0.f, 1.f);

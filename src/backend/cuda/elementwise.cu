@@ -4,6 +4,7 @@
 // backend/cpu/ops_cpu.cpp.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cuda/common.cuh"
 
@@ -11,6 +12,8 @@ namespace augur::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+// Threads of a row-wise kernel's block (one block a row of D).
+int row_threads(int64_t D) { return D >= 4096 ? 1024 : D >= 1024 ? 512 : kThreads; }
 
 // table: [n_vocab, d_model] bf16 or f16; ids: [n_tokens]; out: [n_tokens, d_model] f32
 template <bool F16>
@@ -44,12 +47,32 @@ __device__ float block_sum(float v, float* red) {
   return v;
 }
 
-// Reference: LlamaRMSNorm.forward. One block per row; x, y: [M, D] (may alias); w: [D]
-__global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, float eps, int64_t D, float* y) {
+// Where a row-wise kernel's f32 results go: T = float keeps them; T =
+// uint16_t rounds them to bf16 (F16: f16) for a tensor-core matmul's input,
+// the bits to_half would make of the f32 results (gemm_lt.cu), without the
+// f32 copy's write and read.
+template <typename T, bool F16>
+__device__ __forceinline__ void store1(T* p, float v) {
+  if constexpr (std::is_same_v<T, float>)
+    *p = v;
+  else
+    *p = f32_to_half<F16>(v);
+}
+template <typename T, bool F16>
+__device__ __forceinline__ void store4(T* p, float4 v) {
+  if constexpr (std::is_same_v<T, float>)
+    *reinterpret_cast<float4*>(p) = v;
+  else
+    *reinterpret_cast<uint2*>(p) = make_uint2(pack_half2<F16>(v.x, v.y), pack_half2<F16>(v.z, v.w));
+}
+
+// Reference: LlamaRMSNorm.forward. One block per row; x, y: [M, D] (may alias when T is float); w: [D]
+template <typename T, bool F16>
+__global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, float eps, int64_t D, T* y) {
   pdl_entry();
   __shared__ float red[32];
   const float* xr = x + int64_t(blockIdx.x) * D;
-  float* yr = y + int64_t(blockIdx.x) * D;
+  T* yr = y + int64_t(blockIdx.x) * D;
   const bool vec = D % 4 == 0 && aligned16(x) && aligned16(y) && aligned16(w);
   float ss = 0.f;
   if (vec) {
@@ -66,11 +89,10 @@ __global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, flo
     for (int64_t i = threadIdx.x * 4; i < D; i += blockDim.x * 4) {
       const float4 v = *reinterpret_cast<const float4*>(xr + i);
       const float4 g = *reinterpret_cast<const float4*>(w + i);
-      *reinterpret_cast<float4*>(yr + i) =
-          make_float4(g.x * (v.x * inv), g.y * (v.y * inv), g.z * (v.z * inv), g.w * (v.w * inv));
+      store4<T, F16>(yr + i, make_float4(g.x * (v.x * inv), g.y * (v.y * inv), g.z * (v.z * inv), g.w * (v.w * inv)));
     }
   } else {
-    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = w[i] * (xr[i] * inv);
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) store1<T, F16>(yr + i, w[i] * (xr[i] * inv));
   }
 }
 
@@ -159,13 +181,14 @@ __global__ void store_kv_kernel(const float* __restrict__ k, const float* __rest
 }
 
 // x += o, then h = rms_norm(x) * w. One block per row; x, o, h: [M, D]; w: [D]
+template <typename T, bool F16>
 __global__ void add_rms_norm_kernel(float* __restrict__ x, const float* __restrict__ o, const float* __restrict__ w,
-                                    float eps, int64_t D, float* __restrict__ h, bool vec) {
+                                    float eps, int64_t D, T* __restrict__ h, bool vec) {
   pdl_entry();
   __shared__ float red[32];
   float* xr = x + int64_t(blockIdx.x) * D;
   const float* orow = o + int64_t(blockIdx.x) * D;
-  float* hr = h + int64_t(blockIdx.x) * D;
+  T* hr = h + int64_t(blockIdx.x) * D;
   float ss = 0.f;
   if (vec) {
     for (int64_t i = threadIdx.x * 4; i < D; i += blockDim.x * 4) {
@@ -189,16 +212,16 @@ __global__ void add_rms_norm_kernel(float* __restrict__ x, const float* __restri
     for (int64_t i = threadIdx.x * 4; i < D; i += blockDim.x * 4) {
       const float4 v = *reinterpret_cast<const float4*>(xr + i);
       const float4 g = *reinterpret_cast<const float4*>(w + i);
-      *reinterpret_cast<float4*>(hr + i) =
-          make_float4(g.x * (v.x * inv), g.y * (v.y * inv), g.z * (v.z * inv), g.w * (v.w * inv));
+      store4<T, F16>(hr + i, make_float4(g.x * (v.x * inv), g.y * (v.y * inv), g.z * (v.z * inv), g.w * (v.w * inv)));
     }
   } else {
-    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) hr[i] = w[i] * (xr[i] * inv);
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) store1<T, F16>(hr + i, w[i] * (xr[i] * inv));
   }
 }
 
 // out[m, i] = silu(gu[m, i]) * gu[m, D + i]. gu: [M, 2D]; out: [M, D]; n = M * D
-__global__ void swiglu_packed_kernel(const float* __restrict__ gu, int64_t D, int64_t n, float* __restrict__ out,
+template <typename T, bool F16>
+__global__ void swiglu_packed_kernel(const float* __restrict__ gu, int64_t D, int64_t n, T* __restrict__ out,
                                      bool vec) {
   pdl_entry();
   const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
@@ -207,12 +230,11 @@ __global__ void swiglu_packed_kernel(const float* __restrict__ gu, int64_t D, in
     const float* g = gu + m * 2 * D + c;
     const float4 a = *reinterpret_cast<const float4*>(g);
     const float4 b = *reinterpret_cast<const float4*>(g + D);
-    *reinterpret_cast<float4*>(out + i) =
-        make_float4(silu_mul(a.x, b.x), silu_mul(a.y, b.y), silu_mul(a.z, b.z), silu_mul(a.w, b.w));
+    store4<T, F16>(out + i, make_float4(silu_mul(a.x, b.x), silu_mul(a.y, b.y), silu_mul(a.z, b.z), silu_mul(a.w, b.w)));
   } else {
     for (int64_t j = i; j < i + 4 && j < n; ++j) {
       const int64_t m = j / D, c = j % D;
-      out[j] = silu_mul(gu[m * 2 * D + c], gu[m * 2 * D + D + c]);
+      store1<T, F16>(out + j, silu_mul(gu[m * 2 * D + c], gu[m * 2 * D + D + c]));
     }
   }
 }
@@ -340,8 +362,14 @@ float max_abs_half(const half_bits* src, Half t, int64_t n, Stream s) {
 
 void rms_norm(const float* x, const float* w, float eps, int64_t M, int64_t D, float* y, Stream s) {
   if (M <= 0) return;
-  const int threads = D >= 4096 ? 1024 : D >= 1024 ? 512 : kThreads;
-  launch("rms_norm_kernel", rms_norm_kernel, dim3(blocks_for(M, 1)), dim3(threads), 0, s, x, w, eps, D, y);
+  launch("rms_norm_kernel", rms_norm_kernel<float, false>, dim3(blocks_for(M, 1)), dim3(row_threads(D)), 0, s, x, w,
+         eps, D, y);
+}
+
+void rms_norm_half(const float* x, const float* w, float eps, int64_t M, int64_t D, Half t, half_bits* y, Stream s) {
+  if (M <= 0) return;
+  auto kernel = t == Half::F16 ? rms_norm_kernel<uint16_t, true> : rms_norm_kernel<uint16_t, false>;
+  launch("rms_norm_kernel", kernel, dim3(blocks_for(M, 1)), dim3(row_threads(D)), 0, s, x, w, eps, D, y);
 }
 
 void add_inplace(float* a, const float* b, int64_t n, Stream s) {
@@ -379,17 +407,33 @@ void store_kv(const float* k, const float* v, int64_t kv_dim, const AttnMeta& me
 void add_rms_norm(float* x, const float* o, const float* w, float eps, int64_t M, int64_t D, float* h, Stream s) {
   if (M <= 0) return;
   const bool vec = D % 4 == 0 && aligned16(x) && aligned16(o) && aligned16(w) && aligned16(h);
-  const int threads = D >= 4096 ? 1024 : D >= 1024 ? 512 : kThreads;
-  launch("add_rms_norm_kernel", add_rms_norm_kernel, dim3(blocks_for(M, 1)), dim3(threads), 0, s, x, o, w, eps, D, h,
-         vec);
+  launch("add_rms_norm_kernel", add_rms_norm_kernel<float, false>, dim3(blocks_for(M, 1)), dim3(row_threads(D)), 0, s,
+         x, o, w, eps, D, h, vec);
+}
+
+void add_rms_norm_half(float* x, const float* o, const float* w, float eps, int64_t M, int64_t D, Half t,
+                       half_bits* h, Stream s) {
+  if (M <= 0) return;
+  const bool vec = D % 4 == 0 && aligned16(x) && aligned16(o) && aligned16(w) && aligned16(h);
+  auto kernel = t == Half::F16 ? add_rms_norm_kernel<uint16_t, true> : add_rms_norm_kernel<uint16_t, false>;
+  launch("add_rms_norm_kernel", kernel, dim3(blocks_for(M, 1)), dim3(row_threads(D)), 0, s, x, o, w, eps, D, h, vec);
 }
 
 void swiglu_packed(const float* gate_up, int64_t M, int64_t D, float* out, Stream s) {
   const int64_t n = M * D;
   if (n <= 0) return;
   const bool vec = D % 4 == 0 && aligned16(gate_up) && aligned16(out);
-  launch("swiglu_packed_kernel", swiglu_packed_kernel, dim3(blocks_for(n, kThreads * 4)), dim3(kThreads), 0, s,
-         gate_up, D, n, out, vec);
+  launch("swiglu_packed_kernel", swiglu_packed_kernel<float, false>, dim3(blocks_for(n, kThreads * 4)),
+         dim3(kThreads), 0, s, gate_up, D, n, out, vec);
+}
+
+void swiglu_packed_half(const float* gate_up, int64_t M, int64_t D, Half t, half_bits* out, Stream s) {
+  const int64_t n = M * D;
+  if (n <= 0) return;
+  const bool vec = D % 4 == 0 && aligned16(gate_up) && aligned16(out);
+  auto kernel = t == Half::F16 ? swiglu_packed_kernel<uint16_t, true> : swiglu_packed_kernel<uint16_t, false>;
+  launch("swiglu_packed_kernel", kernel, dim3(blocks_for(n, kThreads * 4)), dim3(kThreads), 0, s, gate_up, D, n, out,
+         vec);
 }
 
 void qkv_rope_store(const float* qkv, int64_t n_head, int64_t n_head_kv, int64_t head_dim, const float* q_norm,

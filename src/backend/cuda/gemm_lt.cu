@@ -97,6 +97,79 @@ int64_t algo_bucket(int64_t M) {
   return b;
 }
 
+// cuBLASLt's algorithm for problem p (key: its shape, alignments and type):
+// the cached one, else the length's bucket's where it runs p, else the
+// heuristic's `algo`-th (algo < 0: its first, cached).
+bool choose_algo(Context& c, const LtProblem& p, const LtAlgoKey& key, int64_t M, int64_t K, int64_t N, int64_t ldy,
+                 int align_a, int align_b, int align_c, bool f16, int algo, cublasLtMatmulAlgo_t& chosen) {
+  if (algo < 0) {
+    std::lock_guard<std::mutex> lock(c.lt_mutex);
+    auto it = c.lt_algos.find(key);
+    if (it != c.lt_algos.end()) {
+      chosen = it->second;
+      return true;
+    }
+  }
+  if (algo < 0) {
+    // The length's bucket's algorithm, where it runs this problem.
+    const int64_t Mb = algo_bucket(M);
+    if (Mb != M) {
+      LtProblem pb;
+      make_problem(pb, Mb, K, N, ldy, align_a, align_b, align_c, f16 ? CUDA_R_16F : CUDA_R_16BF);
+      cublasLtMatmulHeuristicResult_t r = {}, check = {};
+      int n = 0;
+      const bool found =
+          lt_api().algo_get_heuristic(c.lt, pb.op.h, pb.a.h, pb.b.h, pb.c.h, pb.c.h, pb.pref.h, 1, &r, &n) ==
+              CUBLAS_STATUS_SUCCESS &&
+          n > 0 &&
+          lt_api().algo_check(c.lt, p.op.h, p.a.h, p.b.h, p.c.h, p.c.h, &r.algo, &check) == CUBLAS_STATUS_SUCCESS &&
+          check.workspaceSize <= Context::kLtWorkspaceBytes;
+      if (found) {
+        chosen = r.algo;
+        std::lock_guard<std::mutex> lock(c.lt_mutex);
+        c.lt_algos.emplace(key, chosen);
+        return true;
+      }
+    }
+  }
+  constexpr int kMaxResults = 16;
+  if (algo >= kMaxResults) return false;
+  const int want = algo < 0 ? 1 : algo + 1;
+  cublasLtMatmulHeuristicResult_t results[kMaxResults] = {};
+  int n = 0;
+  cublasStatus_t st =
+      lt_api().algo_get_heuristic(c.lt, p.op.h, p.a.h, p.b.h, p.c.h, p.c.h, p.pref.h, want, results, &n);
+  if (st != CUBLAS_STATUS_SUCCESS || n <= (algo < 0 ? 0 : algo)) return false;
+  chosen = results[algo < 0 ? 0 : algo].algo;
+  if (algo < 0) {
+    std::lock_guard<std::mutex> lock(c.lt_mutex);
+    c.lt_algos.emplace(key, chosen);
+  }
+  return true;
+}
+
+// A matmul's problem and algorithm, settled before anything is launched.
+struct LtCall {
+  LtProblem p;
+  cublasLtMatmulAlgo_t algo;
+  bool ready = false;
+  LtCall(const half_bits* xb, int64_t M, int64_t K, const half_bits* w, int64_t N, const float* y, int64_t ldy,
+         int algo_index, Half t) {
+    const int align_a = alignment_of(w, K * 2), align_b = alignment_of(xb, K * 2);
+    const int align_c = alignment_of(y, ldy * 4);
+    const bool f16 = t == Half::F16;
+    make_problem(p, M, K, N, ldy, align_a, align_b, align_c, f16 ? CUDA_R_16F : CUDA_R_16BF);
+    const LtAlgoKey key{M, N, K, ldy, align_a * 1024 * 1024 + align_b * 1024 + align_c, f16 ? 1 : 0};
+    ready = choose_algo(context(), p, key, M, K, N, ldy, align_a, align_b, align_c, f16, algo_index, algo);
+  }
+  void run(const half_bits* xb, const half_bits* w, float* y, Stream s) const {
+    Context& c = context();
+    const float alpha = 1.0f, beta = 0.0f;
+    AUGUR_CUBLAS(lt_api().matmul(c.lt, p.op.h, &alpha, w, p.a.h, xb, p.b.h, &beta, y, p.c.h, y, p.c.h, &algo,
+                                c.lt_workspace.get(), Context::kLtWorkspaceBytes, s));
+  }
+};
+
 }  // namespace
 
 namespace detail {
@@ -106,63 +179,11 @@ Precision& precision() {
   return p;
 }
 
-bool lt_matmul(const half_bits* xb, int64_t M, int64_t K, const half_bits* w, int64_t N, float* y,
-               int64_t ldy, Stream s, int algo, Half t) {
-  Context& c = context();
-  const int align_a = alignment_of(w, K * 2), align_b = alignment_of(xb, K * 2);
-  const int align_c = alignment_of(y, ldy * 4);
-  LtProblem p;
-  const bool f16 = t == Half::F16;
-  make_problem(p, M, K, N, ldy, align_a, align_b, align_c, f16 ? CUDA_R_16F : CUDA_R_16BF);
-  const LtAlgoKey key{M, N, K, ldy, align_a * 1024 * 1024 + align_b * 1024 + align_c, f16 ? 1 : 0};
-  cublasLtMatmulAlgo_t chosen;
-  bool found = false;
-  if (algo < 0) {
-    std::lock_guard<std::mutex> lock(c.lt_mutex);
-    auto it = c.lt_algos.find(key);
-    if (it != c.lt_algos.end()) {
-      chosen = it->second;
-      found = true;
-    }
-  }
-  if (!found && algo < 0) {
-    // The length's bucket's algorithm, where it runs this problem.
-    const int64_t Mb = algo_bucket(M);
-    if (Mb != M) {
-      LtProblem pb;
-      make_problem(pb, Mb, K, N, ldy, align_a, align_b, align_c, f16 ? CUDA_R_16F : CUDA_R_16BF);
-      cublasLtMatmulHeuristicResult_t r = {}, check = {};
-      int n = 0;
-      found = lt_api().algo_get_heuristic(c.lt, pb.op.h, pb.a.h, pb.b.h, pb.c.h, pb.c.h, pb.pref.h, 1, &r, &n) ==
-                  CUBLAS_STATUS_SUCCESS &&
-              n > 0 &&
-              lt_api().algo_check(c.lt, p.op.h, p.a.h, p.b.h, p.c.h, p.c.h, &r.algo, &check) == CUBLAS_STATUS_SUCCESS &&
-              check.workspaceSize <= Context::kLtWorkspaceBytes;
-      if (found) {
-        chosen = r.algo;
-        std::lock_guard<std::mutex> lock(c.lt_mutex);
-        c.lt_algos.emplace(key, chosen);
-      }
-    }
-  }
-  if (!found) {
-    constexpr int kMaxResults = 16;
-    if (algo >= kMaxResults) return false;
-    const int want = algo < 0 ? 1 : algo + 1;
-    cublasLtMatmulHeuristicResult_t results[kMaxResults] = {};
-    int n = 0;
-    cublasStatus_t st =
-        lt_api().algo_get_heuristic(c.lt, p.op.h, p.a.h, p.b.h, p.c.h, p.c.h, p.pref.h, want, results, &n);
-    if (st != CUBLAS_STATUS_SUCCESS || n <= (algo < 0 ? 0 : algo)) return false;
-    chosen = results[algo < 0 ? 0 : algo].algo;
-    if (algo < 0) {
-      std::lock_guard<std::mutex> lock(c.lt_mutex);
-      c.lt_algos.emplace(key, chosen);
-    }
-  }
-  const float alpha = 1.0f, beta = 0.0f;
-  AUGUR_CUBLAS(lt_api().matmul(c.lt, p.op.h, &alpha, w, p.a.h, xb, p.b.h, &beta, y, p.c.h, y, p.c.h, &chosen,
-                              c.lt_workspace.get(), Context::kLtWorkspaceBytes, s));
+bool lt_matmul(const half_bits* xb, int64_t M, int64_t K, const half_bits* w, int64_t N, float* y, int64_t ldy,
+               Stream s, int algo, Half t) {
+  const LtCall call(xb, M, K, w, N, y, ldy, algo, t);
+  if (!call.ready) return false;
+  call.run(xb, w, y, s);
   return true;
 }
 
@@ -218,11 +239,50 @@ void matmul_half(const float* x, int64_t M, int64_t K, int64_t ldx, const half_b
   detail::generic_matmul(x, M, K, ldx, w, N, y, ldy, s, wt);
 }
 
+namespace {
+
+// Whether matmul_half takes M rows to cuBLASLt (through to_half).
+bool lt_rows(int64_t M) { return M > detail::kSkinnyMaxM && M <= 65535 && !detail::precision().exact_matmul; }
+
+}  // namespace
+
+bool norm_matmul_tc(const float* x, int64_t M, int64_t K, const float* g, float eps, const half_bits* w, Half wt,
+                    int64_t N, float* y, Stream s) {
+  if (N <= 0 || K <= 0 || !lt_rows(M)) return false;
+  auto* xh = static_cast<half_bits*>(context().bf16_scratch(size_t(M * K) * 2, s));
+  const LtCall call(xh, M, K, w, N, y, N, -1, wt);
+  if (!call.ready) return false;
+  rms_norm_half(x, g, eps, M, K, wt, xh, s);
+  call.run(xh, w, y, s);
+  return true;
+}
+
+bool add_norm_matmul_tc(float* x, const float* o, const float* g, float eps, int64_t M, int64_t K, const half_bits* w,
+                        Half wt, int64_t N, float* y, Stream s) {
+  if (N <= 0 || K <= 0 || !lt_rows(M)) return false;
+  auto* xh = static_cast<half_bits*>(context().bf16_scratch(size_t(M * K) * 2, s));
+  const LtCall call(xh, M, K, w, N, y, N, -1, wt);
+  if (!call.ready) return false;  // before x += o: the caller's path adds it
+  add_rms_norm_half(x, o, g, eps, M, K, wt, xh, s);
+  call.run(xh, w, y, s);
+  return true;
+}
+
 void swiglu_matmul(const float* gate_up, int64_t M, int64_t D, const half_bits* w, Half wt, int64_t N, float* act,
                    float* y, Stream s) {
   if (M <= 0 || N <= 0) return;
   // Two passes: a skinny GEMM making the SwiGLU as it reads its input is
-  // slower (every warp re-reads gate and up and recomputes silu).
+  // slower (every warp re-reads gate and up and recomputes silu). On
+  // cuBLASLt's path the SwiGLU writes its 16-bit input directly.
+  if (D > 0 && lt_rows(M)) {
+    auto* xh = static_cast<half_bits*>(context().bf16_scratch(size_t(M * D) * 2, s));
+    const LtCall call(xh, M, D, w, N, y, N, -1, wt);
+    if (call.ready) {
+      swiglu_packed_half(gate_up, M, D, wt, xh, s);
+      call.run(xh, w, y, s);
+      return;
+    }
+  }
   swiglu_packed(gate_up, M, D, act, s);
   matmul_half(act, M, D, D, w, wt, N, y, N, s);
 }

@@ -75,6 +75,24 @@ void rms_norm(const float* x, const float* w, float eps, int64_t M, int64_t D, f
 bool norm_matmul_fits(int64_t M, int64_t K, int64_t N);
 void norm_matmul(const float* x, int64_t M, int64_t K, const float* g, float eps, const half_bits* w, Half wt,
                  int64_t N, float* y, Stream s);
+// The same for the rows matmul_half sends to cuBLASLt: the norm writes
+// cuBLASLt's 16-bit input itself (the bits to_half would make of its f32
+// result), so no f32 copy of the normed x is written and read back.
+// add_norm_matmul_tc adds o into x first (x += o, as add_rms_norm). Both
+// return false, having launched nothing, where matmul_half would not use
+// cuBLASLt (M <= kSkinnyMaxM or > 65535, exact matmuls, no algorithm); the
+// caller then norms into f32.
+// x, o: [M, K] f32 contiguous; g: [K] f32; w: [N, K] half; y: [M, N] f32 contiguous
+bool norm_matmul_tc(const float* x, int64_t M, int64_t K, const float* g, float eps, const half_bits* w, Half wt,
+                    int64_t N, float* y, Stream s);
+bool add_norm_matmul_tc(float* x, const float* o, const float* g, float eps, int64_t M, int64_t K, const half_bits* w,
+                        Half wt, int64_t N, float* y, Stream s);
+// The row-wise kernels with their results rounded to Half t (the matmul
+// inputs above). x, o: [M, D] f32; w: [D] f32; y, h, out: [M, D] half
+void rms_norm_half(const float* x, const float* w, float eps, int64_t M, int64_t D, Half t, half_bits* y, Stream s);
+void add_rms_norm_half(float* x, const float* o, const float* w, float eps, int64_t M, int64_t D, Half t,
+                       half_bits* h, Stream s);
+void swiglu_packed_half(const float* gate_up, int64_t M, int64_t D, Half t, half_bits* out, Stream s);
 
 void add_inplace(float* a, const float* b, int64_t n, Stream s);               // a += b
 void swiglu(const float* gate, const float* up, float* out, int64_t n, Stream s);  // silu(g) * u
@@ -117,7 +135,8 @@ void block_tail(const BlockTail& t, Stream s);
 // gate_up: [M, 2 * D] f32; out: [M, D] f32
 void swiglu_packed(const float* gate_up, int64_t M, int64_t D, float* out, Stream s);
 // y = swiglu_packed(gate_up) · wᵀ: swiglu_packed into act ([M, D] f32
-// scratch), then matmul_half. gate_up: [M, 2D]; w: [N, D]; y: [M, N].
+// scratch), then matmul_half; on matmul_half's cuBLASLt path the SwiGLU
+// writes the 16-bit input itself (act unwritten). gate_up: [M, 2D]; w: [N, D]; y: [M, N].
 void swiglu_matmul(const float* gate_up, int64_t M, int64_t D, const half_bits* w, Half wt, int64_t N, float* act,
                    float* y, Stream s);
 

@@ -57,6 +57,14 @@ bool norm_matmul_fits(int64_t, int64_t, int64_t) { return false; }
 void norm_matmul(const float*, int64_t, int64_t, const float*, float, const half_bits*, Half, int64_t, float*, Stream) {
   no_cuda("norm_matmul");
 }
+bool norm_matmul_tc(const float*, int64_t, int64_t, const float*, float, const half_bits*, Half, int64_t, float*,
+                    Stream) {
+  no_cuda("norm_matmul_tc");
+}
+bool add_norm_matmul_tc(float*, const float*, const float*, float, int64_t, int64_t, const half_bits*, Half, int64_t,
+                        float*, Stream) {
+  no_cuda("add_norm_matmul_tc");
+}
 void swiglu_packed(const float*, int64_t, int64_t, float*, Stream) { no_cuda("swiglu_packed"); }
 void qkv_rope_store(const float*, int64_t, int64_t, int64_t, const float*, const float*, float, const float*, int64_t,
                     const AttnMeta&, float*, half_bits*, half_bits*, Stream, Half, float*) {
