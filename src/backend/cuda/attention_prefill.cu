@@ -18,7 +18,7 @@ struct PrefillCfg {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kRows = kWarps * 16;                         // (token, head) rows per block
-  static constexpr int kBk = D <= 64 ? 64 : (D <= 128 ? 32 : 16);   // keys per KV tile
+  static constexpr int kBk = D <= 64 ? 64 : 32;                     // keys per KV tile
   static constexpr int kStride = D + 8;                             // halves per smem row (16-byte pad)
   static constexpr int kChunks = D / 8;
   static constexpr int kMinBlocks = D >= 256 ? 1 : 2;
