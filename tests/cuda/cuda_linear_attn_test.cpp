@@ -166,13 +166,15 @@ TEST_F(CudaHybridOps, CausalConv1dCarriesItsTail) {
 // delta_rule_inputs against the CPU's, and against the CUDA ops it fuses
 // bit for bit (so a prefill's inputs are what they were); rows shorter and
 // longer than a conv segment (the tail then written by its own launch), a
-// row left out untouched, heads of 128 and of 16 / 24.
+// row left out untouched, heads of 128 and of 16 / 24, conv kernels of 4
+// taps, 2 and 11 (older taps than the kernel keeps in registers).
 TEST_F(CudaHybridOps, DeltaRuleInputsEqualTheOpsTheyFuse) {
   struct Shape {
-    int64_t Hk, H, dk, dv;
+    int64_t Hk, H, dk, dv, K;
   };
-  for (const Shape sh : {Shape{2, 4, 128, 128}, Shape{3, 6, 16, 24}}) {
-    const int64_t Hk = sh.Hk, H = sh.H, dk = sh.dk, dv = sh.dv, K = 4, C = 2 * Hk * dk + H * dv, V = H * dv;
+  for (const Shape sh : {Shape{2, 4, 128, 128, 4}, Shape{3, 6, 16, 24, 4}, Shape{2, 4, 128, 128, 11},
+                         Shape{3, 6, 16, 24, 2}}) {
+    const int64_t Hk = sh.Hk, H = sh.H, dk = sh.dk, dv = sh.dv, K = sh.K, C = 2 * Hk * dk + H * dv, V = H * dv;
     const int64_t P = C + V + 2 * H;
     const Rows all = {{0, 3, 2}, {3, 130, 0}, {133, 5, 3}, {138, 1, 1}};
     for (const Rows& rows : {Rows{all[0], all[1], all[3]}, Rows{all[0], all[2], all[3]}}) {
@@ -202,8 +204,8 @@ TEST_F(CudaHybridOps, DeltaRuleInputsEqualTheOpsTheyFuse) {
       Tensor st = gpu(state), q = poisoned({T, Hk, dk}), k = poisoned({T, Hk, dk}), v = poisoned({T, H, dv});
       Tensor g = poisoned({T, H}), beta = poisoned({T, H});
       ops::delta_rule_inputs(gproj, C + V, gw, gal, gdt, 1e-6f, rows, st, q, k, v, g, beta);
-      const std::string what = "dk " + std::to_string(dk) + ", rows " + std::to_string(rows.size()) + " ending " +
-                               std::to_string(rows[1].n_tokens);
+      const std::string what = "dk " + std::to_string(dk) + ", K " + std::to_string(K) + ", rows " +
+                               std::to_string(rows.size()) + " ending " + std::to_string(rows[1].n_tokens);
       EXPECT_EQ(rel_err(st, st_ops), 0.0f) << "conv tails, " << what;
       EXPECT_EQ(rel_err(st, st_cpu), 0.0f) << "conv tails against the CPU, " << what;
       // Compare the rows' tokens only (the others stay poisoned in both).

@@ -135,6 +135,10 @@ __global__ void conv_tail_kernel(const float* __restrict__ x, int64_t ldx, int64
 
 // Widest q/k head the fused input kernel normalises.
 constexpr int kMaxNormHead = 256;
+// Tokens the fused input kernel takes a pass: their loads are in flight
+// together, and a q/k head's norms need one barrier for all of them (a token
+// a pass waited out a load and a barrier per token: 43% of the copy rate).
+constexpr int kInputsPass = 8;
 
 // Reference: causal_conv1d_kernel (SiLU) over proj's columns [0, C), then
 // l2norm_kernel on each q and k head and delta_rule_gates_kernel, in the
@@ -143,6 +147,9 @@ constexpr int kMaxNormHead = 256;
 // each (blockDim a multiple of 32 >= both head dims). Block x < 2 n_head_k +
 // n_head is head x of [q heads | k heads | v heads], a contiguous range of
 // the conv's channels; the last one makes the gates of the segment's tokens.
+// A thread holds its channel's inputs of the pass (cur) and of the one
+// before (prev) in registers: taps up to kInputsPass back come from there,
+// older ones (K > kInputsPass + 1) from memory.
 // tail_here: as causal_conv1d_kernel.
 __global__ void delta_rule_inputs_kernel(const float* __restrict__ proj, int64_t P, int64_t ba_col,
                                          const float* __restrict__ w, int K, DeltaRuleDims d,
@@ -151,7 +158,8 @@ __global__ void delta_rule_inputs_kernel(const float* __restrict__ proj, int64_t
                                          float* __restrict__ conv_state, bool tail_here, float* __restrict__ q,
                                          float* __restrict__ k, float* __restrict__ v, float* __restrict__ g,
                                          float* __restrict__ beta) {
-  __shared__ float red[2][kMaxNormHead];  // a token's normalised head, double-buffered
+  constexpr int U = kInputsPass;
+  __shared__ float red[2][U][kMaxNormHead];  // a pass's normalised head, double-buffered
   const int hb = blockIdx.x, Hk = int(d.n_head_k), H = int(d.n_head), dk = int(d.head_dim_k);
   const int dv = int(d.head_dim_v);
   const RecurrentRow row = rows[blockIdx.y];
@@ -187,28 +195,53 @@ __global__ void delta_rule_inputs_kernel(const float* __restrict__ proj, int64_t
   pdl_entry();
   if (i0 >= row.n_tokens) return;  // the whole block
   const float* xr = proj + int64_t(row.token_begin) * P;  // [n, C] at stride P
-  for (int t = i0; t < i1; ++t) {
-    float y = 0.0f;
-    if (live) {
+  // This channel's input at token m of the row (m < 0: the kept tail).
+  auto input = [&](int m) { return m >= 0 ? xr[int64_t(m) * P + c] : st[int64_t(tail + m) * C + c]; };
+  // Taps by distance back r = K-1-j: wr[r] = w[j] for r <= U.
+  float wr[U + 1];
+#pragma unroll
+  for (int r = 0; r <= U; ++r) wr[r] = live && r < K ? wc[K - 1 - r] : 0.f;
+  float prev[U], cur[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int m = i0 - U + u;
+    prev[u] = live && m >= -tail ? input(m) : 0.f;
+  }
+  for (int t0 = i0, pass = 0; t0 < i1; t0 += U, ++pass) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) cur[u] = live && t0 + u < i1 ? input(t0 + u) : 0.f;
+    float y[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      // acc over j = 0 .. K-1 in order, i.e. r = K-1 down to 0.
       float acc = 0.0f;
-      for (int j = 0; j < K; ++j) {
-        const int m = t - tail + j;  // < 0: the kept tail
-        const float in = m >= 0 ? xr[int64_t(m) * P + c] : st[int64_t(tail + m) * C + c];
-        acc += wc[j] * in;
-      }
-      y = silu_f(acc);
+      for (int r = K - 1; r > U; --r) acc += wc[K - 1 - r] * input(t0 + u - r);
+#pragma unroll
+      for (int r = U; r >= 0; --r)
+        if (r < K) acc += wr[r] * (u - r >= 0 ? cur[u - r >= 0 ? u - r : 0] : prev[u - r < 0 ? U + u - r : 0]);
+      y[u] = silu_f(acc);
     }
     if (norm) {  // l2norm_kernel's sum: lane l adds channels l, l + 32, ... in turn, then the warp
-      float* buf = red[t & 1];  // a warp still reading token t - 1 reads the other buffer
-      if (live) buf[i] = y;
+      float (*buf)[kMaxNormHead] = red[pass & 1];  // a warp still reading the last pass reads the other buffer
+      if (live)
+#pragma unroll
+        for (int u = 0; u < U; ++u) buf[u][i] = y[u];
       __syncthreads();
-      float ss = 0.0f;
-      for (int e = lane; e < width; e += 32) ss += buf[e] * buf[e];
-      ss = warp_sum(ss);
-      const float inv = 1.0f / sqrtf(ss + qk_eps);
-      y = y * inv;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float ss = 0.0f;
+        for (int e = lane; e < width; e += 32) ss += buf[u][e] * buf[u][e];
+        ss = warp_sum(ss);
+        const float inv = 1.0f / sqrtf(ss + qk_eps);
+        y[u] = y[u] * inv;
+      }
     }
-    if (live) dst[(int64_t(row.token_begin) + t) * ld + i] = y;
+    if (live)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (t0 + u < i1) dst[(int64_t(row.token_begin) + t0 + u) * ld + i] = y[u];
+#pragma unroll
+    for (int u = 0; u < U; ++u) prev[u] = cur[u];
   }
   if (tail_here && live) {  // as conv_tail_kernel
     const int n = row.n_tokens;
