@@ -825,7 +825,11 @@ bool block_tail_fits(int64_t M, int64_t Ka, int64_t D, int64_t F, int64_t n_next
 // The last GEMV's ring is 144 KB, not 160: with the next block's q/k/v
 // projection it leaves room an SM for the fused RoPE decode attention's
 // blocks (80 KB at head_dim 128) to become resident beside it and load
-// their first keys while the weights stream (attention_decode.cu).
+// their first keys while the weights stream (attention_decode.cu). The
+// first GEMV's (w_out) is 128 KB, so that its blocks fit beside the
+// attention's in turn and stream w_out while the attention runs: at
+// context 8192 the dense 3B shape decoded 2% faster (H100), elsewhere the
+// same.
 void block_tail(const BlockTail& t, Stream s) {
   if (!block_tail_fits(t.M, t.Ka, t.D, t.F, t.n_next))
     fail("[cuda] block_tail: M ", t.M, ", K ", t.Ka, ", D ", t.D, ", F ", t.F, ", next ", t.n_next,
@@ -835,6 +839,7 @@ void block_tail(const BlockTail& t, Stream s) {
   detail::StreamGemv o;
   o.x = t.a, o.M = t.M, o.K = t.Ka, o.ldx = t.Ka, o.w = t.w_out, o.wt = t.w_out_t, o.N = t.D;
   o.y = t.x, o.ldy = t.D, o.epi = StreamEpi::Accumulate, o.name = "stream_o";
+  o.ring_kb = 128;  // beside the decode attention's blocks (see below)
   detail::stream_gemv(o, s);
   detail::StreamGemv gu;
   gu.x = t.x, gu.M = t.M, gu.K = t.D, gu.ldx = t.D, gu.w = t.gate_up, gu.wt = t.gate_up_t, gu.N = 2 * t.F;
