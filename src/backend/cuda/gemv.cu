@@ -564,6 +564,277 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   }
 }
 
+// stream_tc_kernel: the stream kernel for bf16 weights, its products on
+// tensor cores. Why: a verify step's 1 + 4 rows cost the FMA form 5 FFMA a
+// weight plus the unpack and the lanes' sums, about 12 instructions a weight;
+// at the H200's 4.2 TB/s that is more than the SM issues while a stage
+// arrives (a 1 + 4 verify took 1.47x a decode step). mma.m16n8k16 does 2048
+// products an instruction, so every M <= 8 streams at the copy rate.
+// The weights are mma's B (n = 8 rows a stage, each a 4 KB bulk copy as the
+// FMA form's, rows padded 16 bytes so that the 16-byte reads below are free of
+// bank conflicts); x is A: row 2m + p holds piece p of x row m, x = piece 0
+// (bf16 of x) + piece 1 (bf16 of the rest), 16 bits of significand, closer to
+// x than the bf16 rounding prefill multiplies. A row of D depends only on its
+// row of A, and y[m, n] = sum over warps in order of (D[2m, n] + D[2m + 1, n]):
+// a row of a verify step is bit-equal to the same row of a decode step.
+// k order: lane (g, t) reads 16 consecutive columns 16t..16t+15 of each 64 of
+// its warp's 256 a chunk; mma k-tile j of those 64 takes columns 16t + 4j +
+// {0, 1} as k = 2t + {0, 1} and 16t + 4j + {2, 3} as k = 2t + 8 + {0, 1}, for
+// A and B alike: one 16-byte read feeds two k-tiles' B, one float4 of x a
+// k-tile's A.
+// A held: AC > 0 (K <= AC chunks of 2048 columns): every chunk's A is built
+// once, right after the PDL wait (one round trip to L2, as the FMA form's x
+// in registers), and the stream runs group by group. AC = 0 (longer K): the
+// stream runs in passes of kTcGroups groups, each pass chunk by chunk over
+// its groups, and each warp rebuilds its chunk's A at the chunk's start; the
+// ring keeps streaming meanwhile and the products, far faster than the
+// stream, catch up. SwiGLU: the gate rows' passes, then the up rows'.
+// NORM: the products take g * x and the end multiplies by 1 / rms(x), whose
+// squares are summed from the loads that build A (pass 0's), each row in one
+// order whatever M is, so no round trip precedes the stream.
+// At a pass's end the pieces are added (lane pairs), the warps' partials
+// summed in order by one thread an output, and the fused end applied as in
+// stream_kernel.
+// x: [M, K] f32 (row stride ldx); w: [N, K] bf16 (K % 8 == 0); y as stream_kernel.
+// smem: slots x [8][kTcStride] bf16, full[slots], empty[slots],
+// red[2][consumers][groups a pass][MR][8], (NORM) [consumers][MR], (SwiGLU) stash[units a block][MR].
+constexpr int kTcRows = 8;               // rows a stage: mma's n
+constexpr int kTcStride = kStreamK + 8;  // halves a staged row (16-byte pad)
+// Groups a pass: 4 accumulators a group a thread, beside A's registers.
+constexpr int tc_groups(int MR, int AC) { return AC == 0 ? 8 : MR > 4 ? 1 : 4; }
+constexpr size_t tc_stage_bytes() { return size_t(kTcRows) * kTcStride * sizeof(uint16_t); }
+template <int MR, int AC>
+constexpr size_t tc_header_bytes(int slots, int stash_units) {
+  return size_t(2 * slots) * sizeof(uint64_t) +
+         (size_t(2 * kStreamConsumers * tc_groups(MR, AC) * MR * kTcRows) + size_t(kStreamConsumers * MR) +
+          size_t(stash_units * MR)) * sizeof(float);
+}
+
+// (lo, hi) rounded to a bf16 pair.
+__device__ __forceinline__ uint32_t cvt_bf16x2(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+// Piece 0 (second false) or 1 of the pair (lo, hi): its bf16 rounding, or
+// the bf16 rounding of what that left (the subtraction is exact).
+__device__ __forceinline__ uint32_t x_piece(float lo, float hi, bool second) {
+  const uint32_t h = cvt_bf16x2(lo, hi);
+  const uint32_t l = cvt_bf16x2(lo - bf16_lo(h), hi - bf16_hi(h));
+  return second ? l : h;
+}
+
+template <int MR, int AC, StreamEpi EPI, bool NORM>
+__global__ void __launch_bounds__(kStreamThreads, 1)
+    stream_tc_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
+                     float* __restrict__ y, int64_t ldy, int slots, const float* __restrict__ g_norm, float eps,
+                     float* __restrict__ y2) {
+  constexpr bool swiglu = EPI == StreamEpi::SwiGLU;
+  constexpr int R = kTcRows, KC = kStreamK, KS = kTcStride, Q = tc_groups(MR, AC);
+  constexpr bool kHigh = MR > 4;      // A rows 8..15 (x rows 4..7) in use
+  constexpr int kHeld = AC > 0 ? AC : 1;
+  constexpr int kOuts = Q * MR * R;  // a pass's outputs
+  constexpr int kOutsPerThread = (kOuts + kStreamConsumers * 32 - 1) / (kStreamConsumers * 32);
+  extern __shared__ __align__(128) unsigned char smem[];
+  uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(slots) * tc_stage_bytes());
+  uint64_t* empty = full + slots;
+  float* red = reinterpret_cast<float*>(empty + slots);
+  float* rn = red + 2 * kStreamConsumers * kOuts;
+  float* stash = rn + kStreamConsumers * MR;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  // This block's units u(i) = blk + G * i (rows, or SwiGLU's output columns),
+  // in groups of R; a phase's groups in passes of Q.
+  const int G = int(gridDim.x), blk = int(blockIdx.x);
+  const int F = N / 2, units = swiglu ? F : N;
+  const int n_units = (units - blk + G - 1) / G;
+  auto unit_of = [&](int i) { return int64_t(blk) + int64_t(G) * i; };
+  const int n_phase = (n_units + R - 1) / R;
+  const int passes_phase = (n_phase + Q - 1) / Q;
+  const int n_passes = swiglu ? 2 * passes_phase : passes_phase;
+  const int n_chunks = (K + KC - 1) / KC;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < slots; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], kStreamConsumers * 32);
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (warp == kStreamConsumers) {  // the producer: weights only, so no PDL wait
+    if (lane != 0) return;
+    int i = 0;
+    for (int s = 0; s < n_passes; ++s) {
+      const int ph = s / passes_phase, q0 = s % passes_phase * Q, qn = min(Q, n_phase - q0);
+      for (int c = 0; c < n_chunks; ++c) {
+        const int k0 = c * KC, len = min(KC, K - k0);
+        for (int q = 0; q < qn; ++q, ++i) {
+          const int slot = i % slots;
+          if (i >= slots) mbar_wait(&empty[slot], uint32_t(i / slots - 1) & 1u);
+          const int u0 = (q0 + q) * R, rows = min(R, n_units - u0);
+          mbar_arrive_expect_tx(&full[slot], uint32_t(rows * len) * 2u);
+          for (int r = 0; r < rows; ++r) {
+            const int64_t row = unit_of(u0 + r) + (ph ? F : 0);
+            bulk_copy_g2s(ring + (size_t(slot) * R + r) * KS, w + row * K + k0, uint32_t(len) * 2u, &full[slot]);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  pdl_wait();
+  pdl_launch_dependents();
+  const int tid = threadIdx.x, g = lane >> 2, t = lane & 3;
+  const int m0 = g >> 1;             // x row of A row g; A row g + 8 is x row m0 + 4
+  const bool second = (g & 1) != 0;  // the piece A rows g and g + 8 hold
+  float ss[2] = {0.f, 0.f};          // NORM: squares of x rows m0, m0 + 4 over this lane's columns
+
+  // A of chunk c (k-tile 4 * (64-column block) + j): g * x from L2, split in
+  // two pieces; with squares, x's squares summed in column order.
+  uint32_t a[kHeld][16][4];
+  auto build_a = [&](uint32_t (&ak)[16][4], int c, bool squares) {
+#pragma unroll
+    for (int kt = 0; kt < 16; ++kt) {
+      const int k = c * KC + warp * 256 + (kt >> 2) * 64 + t * 16 + (kt & 3) * 4;
+      const bool in = k < K;  // K % 8 == 0: all 4 columns or none
+      float4 gv = make_float4(1.f, 1.f, 1.f, 1.f);
+      if constexpr (NORM)
+        if (in) gv = __ldg(reinterpret_cast<const float4*>(g_norm + k));
+#pragma unroll
+      for (int r = 0; r < (kHigh ? 2 : 1); ++r) {
+        const int m = m0 + 4 * r;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (m < M && in) v = __ldg(reinterpret_cast<const float4*>(x + m * ldx + k));
+        if constexpr (NORM) {
+          if (squares) {
+            ss[r] = fmaf(v.x, v.x, ss[r]), ss[r] = fmaf(v.y, v.y, ss[r]);
+            ss[r] = fmaf(v.z, v.z, ss[r]), ss[r] = fmaf(v.w, v.w, ss[r]);
+          }
+          v.x = __fmul_rn(gv.x, v.x), v.y = __fmul_rn(gv.y, v.y);
+          v.z = __fmul_rn(gv.z, v.z), v.w = __fmul_rn(gv.w, v.w);
+        }
+        ak[kt][r] = x_piece(v.x, v.y, second);
+        ak[kt][2 + r] = x_piece(v.z, v.w, second);
+      }
+      if constexpr (!kHigh) ak[kt][1] = ak[kt][3] = 0u;
+    }
+  };
+  if constexpr (AC > 0) {
+#pragma unroll
+    for (int c = 0; c < AC; ++c)
+      if (c < n_chunks) build_a(a[c], c, true);
+  }
+
+  int slot = 0;
+  uint32_t phase = 0;
+  for (int s = 0; s < n_passes; ++s) {
+    const int ph = s / passes_phase, q0 = s % passes_phase * Q, qn = min(Q, n_phase - q0);
+    // This thread's outputs o = tid + 256 i: (group q, row m, unit n of the group).
+    float old[kOutsPerThread];  // Accumulate: y before this kernel, loaded early
+#pragma unroll
+    for (int i = 0; i < kOutsPerThread; ++i) {
+      old[i] = 0.f;
+      if constexpr (EPI == StreamEpi::Accumulate) {
+        const int o = tid + kStreamConsumers * 32 * i, q = o / (MR * R), m = o / R % MR, u = (q0 + q) * R + o % R;
+        if (o < kOuts && q < qn && m < M && u < n_units) old[i] = y[int64_t(m) * ldy + unit_of(u)];
+      }
+    }
+    float acc[Q][4];
+#pragma unroll
+    for (int q = 0; q < Q; ++q) acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.f;
+    // The chunk's stages, one a group of the pass.
+    auto chunk = [&](int c, const uint32_t (&ak)[16][4]) {
+      const int len = min(KC, K - c * KC);
+#pragma unroll
+      for (int q = 0; q < Q; ++q) {
+        if (q >= qn) break;
+        mbar_wait(&full[slot], phase);
+        __syncwarp();  // mma.sync needs the whole warp: lanes leave the wait's spin one by one
+        const uint16_t* st = ring + (size_t(slot) * R + g) * KS + warp * 256 + t * 16;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          uint4 lo = *reinterpret_cast<const uint4*>(st + b * 64), hi = *reinterpret_cast<const uint4*>(st + b * 64 + 8);
+          // Past a short chunk's end the stage holds stale bits (NaN * 0 is NaN).
+          const int col = warp * 256 + b * 64 + t * 16;
+          if (col >= len) lo = make_uint4(0u, 0u, 0u, 0u);
+          if (col + 8 >= len) hi = make_uint4(0u, 0u, 0u, 0u);
+          mma_bf16_16816(acc[q], ak[4 * b], lo.x, lo.y);
+          mma_bf16_16816(acc[q], ak[4 * b + 1], lo.z, lo.w);
+          mma_bf16_16816(acc[q], ak[4 * b + 2], hi.x, hi.y);
+          mma_bf16_16816(acc[q], ak[4 * b + 3], hi.z, hi.w);
+        }
+        mbar_arrive(&empty[slot]);
+        if (++slot == slots) slot = 0, phase ^= 1u;
+      }
+    };
+    if constexpr (AC > 0) {
+#pragma unroll
+      for (int c = 0; c < AC; ++c)
+        if (c < n_chunks) chunk(c, a[c]);
+    } else {
+      for (int c = 0; c < n_chunks; ++c) {
+        build_a(a[0], c, s == 0);
+        __syncwarp();
+        chunk(c, a[0]);
+      }
+    }
+    if constexpr (NORM) {
+      // Pass 0 has seen all of x: each row's squares over the lanes of its
+      // g (t in order), then (the end below) over the warps in order.
+      if (s == 0) {
+#pragma unroll
+        for (int r = 0; r < (kHigh ? 2 : 1); ++r) {
+          float v = ss[r];
+          v += __shfl_xor_sync(0xffffffffu, v, 1);
+          v += __shfl_xor_sync(0xffffffffu, v, 2);
+          const int m = m0 + 4 * r;
+          if (!second && t == 0 && m < MR) rn[warp * MR + m] = v;
+        }
+      }
+    }
+    // The pass's end. Lanes g and g ^ 1 hold the two pieces of one x row:
+    // their sum (the same bits either way round), written by the even lane;
+    // red alternates between two halves (see stream_kernel).
+    float* rp = red + (s & 1) * kStreamConsumers * kOuts + warp * kOuts;
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      if (q >= qn) break;
+#pragma unroll
+      for (int e = 0; e < (kHigh ? 4 : 2); ++e) {
+        const float v = acc[q][e] + __shfl_xor_sync(0xffffffffu, acc[q][e], 4);
+        const int m = m0 + (e >= 2 ? 4 : 0), n = 2 * t + (e & 1);
+        if (!second && m < MR) rp[(q * MR + m) * R + n] = v;
+      }
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(kStreamConsumers * 32) : "memory");
+    const float* rs = red + (s & 1) * kStreamConsumers * kOuts;
+#pragma unroll
+    for (int i = 0; i < kOutsPerThread; ++i) {
+      const int o = tid + kStreamConsumers * 32 * i, q = o / (MR * R), m = o / R % MR, gu = (q0 + q) * R + o % R;
+      if (o >= kOuts || q >= qn || m >= M || gu >= n_units) continue;
+      float sum = 0.f;
+      for (int v = 0; v < kStreamConsumers; ++v) sum += rs[v * kOuts + o];
+      if constexpr (NORM) {
+        float sq = 0.f;
+        for (int v = 0; v < kStreamConsumers; ++v) sq += rn[v * MR + m];
+        sum *= 1.0f / sqrtf(sq / float(K) + eps);
+      }
+      const int64_t at = int64_t(m) * ldy + unit_of(gu);
+      if constexpr (swiglu) {  // the gate's pass and the up's map (unit, row) to the same thread
+        float& gate = stash[gu * MR + m];
+        if (ph == 0)
+          gate = sum;
+        else
+          y[at] = silu_mul(gate, sum);
+      } else if constexpr (EPI == StreamEpi::Accumulate) {
+        y[at] = old[i] + sum;
+        if (y2 != nullptr) y2[at] = sum;
+      } else {
+        y[at] = sum;
+      }
+    }
+  }
+}
+
 // Any shape: one warp per (column n, group of 16 rows of x). Odd K, unaligned
 // x or w, and shapes cuBLASLt refuses.
 template <bool F16>
@@ -665,8 +936,60 @@ void launch_stream(const StreamLaunch& l, Stream s) {
     fail("[cuda] stream GEMV: this combination of norm and output is not built");
 }
 
+// The tensor-core form (bf16 weights). Its ring: ring_kb of stages (the
+// rows' pads not counted), fewer where the header needs the room.
+template <int MR, int AC, StreamEpi EPI, bool NORM>
+void launch_stream_tc(const StreamGemv& q, int grid, int stash, Stream s) {
+  const size_t header = tc_header_bytes<MR, AC>(16, stash);
+  const int fit = int((size_t(kStreamMaxSmem) - std::min(header, size_t(kStreamMaxSmem))) / tc_stage_bytes());
+  const int ring_kb = std::clamp(q.ring_kb, 32, 224);
+  const int slots = std::min(std::max(2, int(size_t(ring_kb) * 1024 / (size_t(kTcRows) * kStreamK * 2))), fit);
+  if (slots < 2)
+    fail("[cuda] stream GEMV: M ", q.M, ", K ", q.K, ", N ", q.N, " on ", grid, " SMs needs too much shared memory");
+  const size_t smem = size_t(slots) * tc_stage_bytes() + tc_header_bytes<MR, AC>(slots, stash);
+  auto kernel = stream_tc_kernel<MR, AC, EPI, NORM>;
+  static size_t granted = 0;  // per instantiation: the dynamic smem the attribute allows
+  if (smem > granted) {
+    AUGUR_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    granted = smem;
+  }
+  launch(q.name, kernel, dim3(unsigned(grid)), dim3(kStreamThreads), smem, s, q.x, int(q.M), int(q.K), q.ldx,
+         reinterpret_cast<const uint16_t*>(q.w), int(q.N), q.y, q.ldy, slots, q.g, q.eps, q.y2);
+}
+
+// A held in registers up to 4096 columns (8192 for M <= 4: half of A's rows), else rebuilt a chunk at a time.
+template <int MR, StreamEpi EPI, bool NORM>
+void launch_stream_tc(const StreamGemv& q, int grid, int stash, Stream s) {
+  const int64_t chunks = ceil_div(q.K, int64_t(kStreamK));
+  if (chunks <= 2)
+    launch_stream_tc<MR, 2, EPI, NORM>(q, grid, stash, s);
+  else if (MR <= 4 && chunks <= 4)
+    launch_stream_tc<MR, (MR <= 4 ? 4 : 0), EPI, NORM>(q, grid, stash, s);
+  else
+    launch_stream_tc<MR, 0, EPI, NORM>(q, grid, stash, s);
+}
+
+template <int MR>
+void run_stream_tc(const StreamGemv& q, Stream s, int sm_count) {
+  const bool swiglu = q.epi == StreamEpi::SwiGLU;
+  const int64_t units = swiglu ? q.N / 2 : q.N;
+  const int grid = int(std::min<int64_t>(sm_count, units));
+  const int stash = swiglu ? int(ceil_div(units, int64_t(grid))) : 0;
+  if (q.epi == StreamEpi::SwiGLU && q.norm)
+    launch_stream_tc<MR, StreamEpi::SwiGLU, true>(q, grid, stash, s);
+  else if (q.epi == StreamEpi::Store && q.norm)
+    launch_stream_tc<MR, StreamEpi::Store, true>(q, grid, stash, s);
+  else if (q.epi == StreamEpi::Accumulate && !q.norm)
+    launch_stream_tc<MR, StreamEpi::Accumulate, false>(q, grid, stash, s);
+  else if (q.epi == StreamEpi::Store && !q.norm)
+    launch_stream_tc<MR, StreamEpi::Store, false>(q, grid, stash, s);
+  else
+    fail("[cuda] stream GEMV: this combination of norm and output is not built");
+}
+
 template <int MR>
 void run_stream(const StreamGemv& q, Stream s, int sm_count) {
+  if (q.wt == Half::BF16) return run_stream_tc<MR>(q, s, sm_count);
   const int64_t chunks = ceil_div(q.K, int64_t(kStreamK));
   const bool x_reg = stream_x_in_registers(MR, chunks);
   const int rows = stream_rows(x_reg);
