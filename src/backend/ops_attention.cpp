@@ -238,10 +238,9 @@ void qkv_rope_attention(const Tensor& qkv, const Tensor& q_norm, const Tensor& k
           q.defined() ? q.shape_str() : std::string("undefined"), " and out ",
           out.defined() ? out.shape_str() : std::string("undefined"), " must be [n_tokens, n_head, head_dim]");
   const int64_t T = out.dim(0), n_head = out.dim(1), head_dim = out.dim(2);
-  // The fused CUDA kernel: no output gate, one new token (kRopeFusedTokens)
-  // or one row's (a batch-1 verify window), the tensor-core decode kernel's shapes.
-  if (!gate.defined() && on_cuda(qkv) && b.device != nullptr &&
-      (T <= cuda::kRopeFusedTokens || (b.rows.size() == 1 && T <= cuda::kRopeFusedRowTokens)) &&
+  // The fused CUDA kernel: no output gate, one new token (kRopeFusedTokens),
+  // the tensor-core decode kernel's shapes.
+  if (!gate.defined() && on_cuda(qkv) && b.device != nullptr && T <= cuda::kRopeFusedTokens &&
       cache.k.defined() && cache.k.ndim() == 4) {
     const int64_t n_head_kv = cache.k.dim(2);
     const cuda::AttnMeta meta = attn_meta(op, b, T);

@@ -146,11 +146,11 @@ TEST_F(CudaFused, QkvRopeStore) {
 }
 
 // decode_attention_rope (the decode attention doing qkv_rope_store's work)
-// against qkv_rope_store + paged_attention: outputs and caches bit-equal.
-// Tokens of a row are consecutive (positions and batch order); `padded`: a
-// token whose slot is -1 (not stored: attention reads what the cache holds).
-void rope_fused_equals_unfused(std::mt19937& rng, const std::vector<int32_t>& pos, const std::vector<int32_t>& rows,
-                               int64_t padded, int32_t max_row_tokens) {
+// against qkv_rope_store + paged_attention: outputs and caches bit-equal, on
+// one-token rows at positions that start, end and cross splits and cache
+// blocks, a row whose slot is -1 (not stored), sliding windows, both caches.
+TEST_F(CudaFused, DecodeAttentionRopeEqualsUnfused) {
+  std::mt19937 rng(34);
   struct Case {
     int64_t n_head, n_head_kv, head_dim, half;
     bool norm, f16;
@@ -159,25 +159,26 @@ void rope_fused_equals_unfused(std::mt19937& rng, const std::vector<int32_t>& po
   const Case cases[] = {Case{32, 8, 128, 64, true, false, 0}, Case{4, 2, 64, 16, false, true, 0},
                         Case{8, 8, 128, 32, true, true, 100}, Case{8, 1, 256, 128, false, false, 0},
                         Case{6, 3, 16, 8, true, false, 0}};
-  const int64_t T = int64_t(pos.size()), n_rows = int64_t(rows.back()) + 1, bs = 16, max_blocks = 2048 / bs;
-  const int64_t n_blocks = n_rows * max_blocks + 3;
+  const std::vector<int32_t> pos = {0, 17, 63, 64, 300, 1000, 2047};
+  const int64_t T = int64_t(pos.size()), bs = 16, max_blocks = 2048 / bs, n_blocks = T * max_blocks + 3;
   // Block tables: a shuffled pool of blocks, rows disjoint.
   std::vector<int32_t> pool(static_cast<size_t>(n_blocks));
   std::iota(pool.begin(), pool.end(), 0);
   std::shuffle(pool.begin(), pool.end(), rng);
-  std::vector<int32_t> tables(static_cast<size_t>(n_rows * max_blocks)), slots(static_cast<size_t>(T));
-  for (int64_t r = 0; r < n_rows; ++r)
-    for (int64_t b = 0; b < max_blocks; ++b) tables[size_t(r * max_blocks + b)] = pool[size_t(r * max_blocks + b)];
+  std::vector<int32_t> tables(static_cast<size_t>(T * max_blocks)), rows(static_cast<size_t>(T)),
+      slots(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) {
-    const int32_t p = pos[size_t(t)], r = rows[size_t(t)];
-    slots[size_t(t)] = tables[size_t(r * max_blocks + p / bs)] * int32_t(bs) + p % int32_t(bs);
+    rows[size_t(t)] = int32_t(t);
+    for (int64_t b = 0; b < max_blocks; ++b) tables[size_t(t * max_blocks + b)] = pool[size_t(t * max_blocks + b)];
+    const int32_t p = pos[size_t(t)];
+    slots[size_t(t)] = tables[size_t(t * max_blocks + p / bs)] * int32_t(bs) + p % int32_t(bs);
   }
-  if (padded >= 0) slots[size_t(padded)] = -1;
+  slots[3] = -1;  // padding: nothing stored, attention reads what the cache holds
   Buf<int32_t> dpos(pos), dslots(slots), drows(rows), dtables(tables);
   AttnMeta meta;
   meta.positions = dpos.get(), meta.slot_mapping = dslots.get(), meta.token_row = drows.get();
   meta.block_tables = dtables.get(), meta.max_blocks = int32_t(max_blocks), meta.n_tokens = int32_t(T);
-  meta.max_context = 2048, meta.max_row_tokens = max_row_tokens, meta.n_rows = int32_t(n_rows);
+  meta.max_context = 2048, meta.max_row_tokens = 1;
   for (const Case& c : cases) {
     SCOPED_TRACE(testing::Message() << "heads " << c.n_head << "/" << c.n_head_kv << " D " << c.head_dim << " f16 "
                                     << c.f16 << " window " << c.window);
@@ -223,46 +224,12 @@ void rope_fused_equals_unfused(std::mt19937& rng, const std::vector<int32_t>& po
     }
     EXPECT_NE(ka.download(), cache0) << "the new keys were stored";
   }
-}
-
-// One-token rows at positions that start, end and cross splits and cache
-// blocks, a row whose slot is -1, sliding windows, both caches.
-TEST_F(CudaFused, DecodeAttentionRopeEqualsUnfused) {
-  std::mt19937 rng(34);
-  const std::vector<int32_t> pos = {0, 17, 63, 64, 300, 1000, 2047};
-  std::vector<int32_t> rows(pos.size());
-  std::iota(rows.begin(), rows.end(), 0);
-  rope_fused_equals_unfused(rng, pos, rows, 3, 1);
-  AttnMeta meta;
-  meta.n_tokens = 1, meta.max_context = 2048;
-  meta.max_row_tokens = 9;  // past the verify windows the kernel makes keys for
+  meta.max_row_tokens = 2;  // a row with two new tokens: the second's keys include the first's
   EXPECT_FALSE(decode_attention_rope_fits(32, 8, 128, meta, false));
   meta.max_row_tokens = 1;
   EXPECT_FALSE(decode_attention_rope_fits(32, 8, 128, meta, true));   // output gates stay with qkv_rope_store
   EXPECT_FALSE(decode_attention_rope_fits(32, 8, 96, meta, false));   // no kernel for head_dim 96
   EXPECT_FALSE(decode_attention_rope_fits(64, 2, 128, meta, false));  // 32 query heads a KV head: the scalar kernel
-}
-
-// Rows of several new tokens (verify windows): a token's keys include the
-// row's earlier new ones, which its blocks make from qkv themselves. Windows
-// that cross a split (60..64) and cache blocks, at the start of the context,
-// a full window of 8, one token alone, and a window with a token not stored.
-TEST_F(CudaFused, DecodeAttentionRopeRowsOfSeveralTokens) {
-  std::mt19937 rng(35);
-  std::vector<int32_t> pos, rows;
-  auto row = [&](int32_t first, int32_t n) {
-    const int32_t r = rows.empty() ? 0 : rows.back() + 1;
-    for (int32_t i = 0; i < n; ++i) pos.push_back(first + i), rows.push_back(r);
-  };
-  // At most 8 tokens a batch, where the unfused attention is flash-decoding too.
-  auto check = [&](int64_t padded, int32_t max_row_tokens) {
-    rope_fused_equals_unfused(rng, pos, rows, padded, max_row_tokens);
-    pos.clear(), rows.clear();
-  };
-  row(60, 5), row(0, 3), check(-1, 5);
-  row(1000, 8), check(-1, 8);
-  row(2047, 1), row(120, 4), check(2, 4);  // the second row's second token is not stored
-  row(509, 5), check(-1, 5);               // a batch-1 verify step
 }
 
 // The decode attention copies cached keys before its PDL wait, and the new

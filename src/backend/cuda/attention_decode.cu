@@ -375,44 +375,6 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
     }
     slot = rope.slot_mapping[t];
   }
-  // ROPE, a row of several new tokens (a verify window): the keys of the
-  // row's earlier new tokens (positions fresh_from..p-1, token t - (p - pos))
-  // are made by this block too, from qkv: K normed and rotated at its own
-  // position, V as is, rounded as qkv_rope_store rounds them, each key by the
-  // warp whose ring slot holds it. Tokens not stored (slot -1) are read from
-  // the cache instead, as the unfused path reads them.
-  auto made_here = [&](int pos) {
-    return ROPE && pos >= fresh_from && pos < p && pos < k_end && rope.slot_mapping[t - (p - pos)] >= 0;
-  };
-  auto make_fresh = [&](int st) {
-    if constexpr (ROPE) {
-      const int key0 = k_begin + st * C::kStage + warp * C::kKeys;
-      const int from = max(key0, fresh_from), to = min(min(key0 + C::kKeys, p), k_end);
-      if (from >= to) return;
-      uint16_t* kb = wbuf + (st % C::kDepth) * 2 * C::kKeys * C::kStride;
-      uint16_t* vb = kb + C::kKeys * C::kStride;
-      float* buf = k_gain + D + warp * 2 * D;
-      float* tab = buf + D;  // [cos(half), sin(half)] at pos
-      const int64_t kv_dim = int64_t(geo.n_head_kv) * D;
-      for (int pos = from; pos < to; ++pos) {
-        const int u = t - (p - pos);
-        if (rope.slot_mapping[u] < 0) continue;
-        for (int i = lane; i < rope.half; i += 32) {
-          const float angle = float(pos) * rope.inv_freq[i];
-          tab[i] = cosf(angle);
-          tab[rope.half + i] = sinf(angle);
-        }
-        __syncwarp();
-        const float* row = rope.qkv + int64_t(u) * (int64_t(geo.n_head) * D + 2 * kv_dim) + int64_t(geo.n_head) * D +
-                           int64_t(kvh) * D;
-        uint16_t* kr = kb + (pos - key0) * C::kStride;
-        norm_rope_head(row, D, rope.k_norm != nullptr ? k_gain : nullptr, rope.eps, tab, rope.half, buf, lane,
-                       [&](int d, float v) { kr[d] = f32_to_half<F16>(v); });
-        for (int d = lane; d < D; d += 32) vb[(pos - key0) * C::kStride + d] = f32_to_half<F16>(row[kv_dim + d]);
-        __syncwarp();  // tab is rewritten for the next key
-      }
-    }
-  };
   pdl_entry();
   if constexpr (!ROPE) {  // the new keys of stage 0, in flight beside q's load
     issue_if(0, [&](int pos) { return pos >= fresh_from && pos < k_end; });
@@ -466,13 +428,6 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
       }
     } else if (k_end == p + 1 && own_k != nullptr) {
       issue_if(at_stage, [&](int pos) { return pos == p; });  // a padding slot: what the cache holds
-    }
-    // The row's earlier new keys in stages 0 and 1: made here (their own
-    // blocks store them, with no order to this one), or, for a token not
-    // stored (slot -1), what the cache holds.
-    for (int st = 0; st < 2 && st < n_stages; ++st) {
-      issue_if(st, [&](int pos) { return pos >= fresh_from && pos < p && pos < k_end && !made_here(pos); });
-      make_fresh(st);
     }
     cp_async_commit();
     // The K/V stores reach L2 before any thread's cp.async below reads them
@@ -576,10 +531,7 @@ __global__ void __launch_bounds__(128) decode_tc_kernel(const float* __restrict_
     }
     __syncwarp();  // this stage's buffer is refilled by the next issue
     if constexpr (ROPE) {
-      if (st + 2 < n_stages) {
-        issue_if(st + 2, [&](int pos) { return !made_here(pos); });
-        make_fresh(st + 2);
-      }
+      if (st + 2 < n_stages) issue(st + 2);
       cp_async_commit();
     }
   }
@@ -702,8 +654,7 @@ namespace augur::cuda {
 
 bool decode_attention_rope_fits(int64_t n_head, int64_t n_head_kv, int64_t head_dim, const AttnMeta& meta,
                                 bool gated) {
-  return !gated && meta.max_row_tokens >= 1 && meta.max_row_tokens <= kRopeFusedRowTokens && meta.n_tokens > 0 &&
-         n_head_kv > 0 &&
+  return !gated && meta.max_row_tokens == 1 && meta.n_tokens > 0 && n_head_kv > 0 &&
          n_head % n_head_kv == 0 && attn::use_decode_tc(int(n_head / n_head_kv)) &&
          (head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128 || head_dim == 256);
 }

@@ -192,19 +192,16 @@ void paged_attention(const float* q, const half_bits* k_cache, const half_bits* 
                      const AttnMeta& meta, float scale, int32_t window, float* out, void* workspace,
                      Stream s, Half kv = Half::BF16);
 
-// qkv_rope_store and paged_attention in one launch, for rows of at most
-// kRopeFusedRowTokens new tokens (a decode step's one, a verify window's
-// 1 + k) without output gates on the tensor-core decode kernel: each
-// attention block norms and rotates its query heads from qkv, the block whose
-// split holds the token's position writes the token's K/V into the caches (a
-// negative slot skips the store, as there), and a block whose split holds
-// the row's earlier new positions makes their keys from qkv as well. Same
-// results, bit for bit. decode_attention_rope_fits says when it applies (any
-// batch); the ops take it for one token (kRopeFusedTokens) or one row:
+// qkv_rope_store and paged_attention in one launch, for a pure decode batch
+// (meta.max_row_tokens == 1: one new token a row) without output gates on
+// the tensor-core decode kernel: each attention block norms and rotates its
+// query heads from qkv, and the block whose split holds the token's position
+// writes the token's K/V into the caches (a negative slot skips the store, as
+// there). Same results, bit for bit. decode_attention_rope_fits says when it
+// applies (any batch); the ops take it for one token (kRopeFusedTokens):
 // every block redoes its query heads' norm and RoPE, which costs more than
 // it saves at larger batches. Arguments as the two ops'.
 constexpr int64_t kRopeFusedTokens = 1;
-constexpr int32_t kRopeFusedRowTokens = 8;
 bool decode_attention_rope_fits(int64_t n_head, int64_t n_head_kv, int64_t head_dim, const AttnMeta& meta,
                                 bool gated);
 void decode_attention_rope(const float* qkv, const float* q_norm, const float* k_norm, float eps,
