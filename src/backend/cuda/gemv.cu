@@ -145,10 +145,11 @@ __global__ void __launch_bounds__(kWarps * 32)
 // the kernels before it finish. Equal bytes a block: the blocks end
 // together, no tail of half-empty SMs. Interleaved rows keep the SMs' reads
 // at any moment within a few MB (as rows_kernel's).
-// Stage i: the block's rows j = 4g..4g+3 of group g = i / n_chunks, columns
-// [c * kStreamK, +kStreamK) of chunk c = i % n_chunks (the last chunk may be
-// short); one bulk copy a row, so every copy starts on a 4 KB boundary of its
-// row (equal chunks of a runtime width streamed slower).
+// Stage i: step j = i / H, half h = i % H: the block's rows h * R.. of group
+// g = j / n_chunks (GR = H * R rows: 4, 8, or 16 at MR = 5 in the wide
+// form), columns [c * kStreamK, +kStreamK) of chunk c = j % n_chunks (the
+// last chunk may be short); one bulk copy a row, so every copy starts on a
+// 4 KB boundary of its row (equal chunks of a runtime width streamed slower).
 // Consumers (kStreamConsumers warps) take 8 columns a thread of every stage,
 // for all its rows. Where x fits (M <= 2; M <= 5 when K <= 4096, the verify
 // steps of 1 + 4 tokens) they hold their columns of x in registers for the
@@ -471,8 +472,14 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     // slowest warp, and a verify step's 5 rows leave little time to spare).
     const int o_mine = lane * kStreamConsumers + warp, r_mine = o_mine / MR, m_mine = o_mine % MR;
     const bool out_mine = o_mine < GR * MR && r_mine < rows && m_mine < M;
-    float old = 0.f;  // Accumulate: y's value before this kernel, loaded early
-    if constexpr (EPI == StreamEpi::Accumulate)
+    // Accumulate: y's value before this kernel, loaded early, off the
+    // critical path: into a register, or with two stages a group (H > 1,
+    // where that register made ptxas spill in the loop) by cp.async into
+    // old_s[o_mine], in the commit group of the group's first step's x.
+    constexpr bool kOldInSmem = EPI == StreamEpi::Accumulate && H > 1;
+    float* old_s = stash;  // kOldInSmem: [GR * MR]
+    float old = 0.f;
+    if constexpr (EPI == StreamEpi::Accumulate && !kOldInSmem)
       if (out_mine) old = y[int64_t(m_mine) * ldy + unit_of(u0 + r_mine)];
     float acc[GR][MR];
 #pragma unroll
@@ -512,6 +519,12 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     } else {
       for (int c = 0; c < n_chunks; ++c) {
         const int j = g * n_chunks + c, k = c * KC + kt, b = resident ? c : (j & 1);
+        if constexpr (kOldInSmem) {
+          if (c == 0) {
+            if (out_mine) cp_async4(old_s + o_mine, y + int64_t(m_mine) * ldy + unit_of(u0 + r_mine));
+            if (resident) cp_async_commit();
+          }
+        }
         if (!resident) {
           if (j + 1 < n_steps)
             stage_x(j + 1);
@@ -537,7 +550,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
             // Q rows of weights held at once: half the stage's where the
             // norm's gain and scales (13 registers) beside 80 accumulators
             // would make ptxas spill; x is then read twice a stage.
-            constexpr int Q = H > 1 && NORM ? R / 2 : R;
+            constexpr int Q = H > 1 && (NORM || EPI == StreamEpi::Accumulate) ? R / 2 : R;
 #pragma unroll
             for (int q0 = 0; q0 < R; q0 += Q) {
               float wf[Q][8];
@@ -578,6 +591,15 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
         else
           y[at] = silu_mul(gate, sum);
       } else if constexpr (EPI == StreamEpi::Accumulate) {
+        if constexpr (kOldInSmem) {
+          // Its commit group is complete: resident, the only one since; else
+          // an older one than the last step's (n_chunks > 2 without resident x).
+          if (resident)
+            cp_async_wait<0>();
+          else
+            cp_async_wait<1>();
+          old = old_s[o_mine];
+        }
         y[at] = old + sum;
         if (y2 != nullptr) y2[at] = sum;
       } else {
@@ -697,13 +719,18 @@ void run_stream(const StreamGemv& q, Stream s, int sm_count) {
   const bool swiglu = q.epi == StreamEpi::SwiGLU;
   const int64_t units = swiglu ? q.N / 2 : q.N;
   const int grid = int(std::min<int64_t>(sm_count, units));
-  const int stash = swiglu ? int(ceil_div(units, int64_t(grid))) : 0;
+  // SwiGLU: the gate sums of a block's units; Accumulate with two stages a
+  // group: the old values of y (old_s).
+  const int group_rows = stream_group_rows(x_reg, MR);
+  const int stash = swiglu                                                  ? int(ceil_div(units, int64_t(grid)))
+                    : q.epi == StreamEpi::Accumulate && group_rows > rows ? group_rows
+                                                                            : 0;
   // x not in registers: resident in shared memory where it fits in
   // kStreamXResident, else two chunks of it in turn.
   int xbufs = 0;
   if (!x_reg) xbufs = stream_x_bytes(q, int(chunks)) <= kStreamXResident ? int(chunks) : 2;
   // The ring gives way to a large stash (few SMs, wide SwiGLU) and to x.
-  const size_t header = stream_header_bytes<MR>(stream_group_rows(x_reg, MR), 16, stash) + stream_x_bytes(q, xbufs);
+  const size_t header = stream_header_bytes<MR>(group_rows, 16, stash) + stream_x_bytes(q, xbufs);
   const int ring_kb = std::clamp(q.ring_kb, 32, 224);
   const int slots = std::min(std::max(2, int(size_t(ring_kb) * 1024 / stage)),
                              int((size_t(kStreamMaxSmem) - std::min(header, size_t(kStreamMaxSmem))) / stage));
