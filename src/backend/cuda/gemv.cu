@@ -145,10 +145,11 @@ __global__ void __launch_bounds__(kWarps * 32)
 // the kernels before it finish. Equal bytes a block: the blocks end
 // together, no tail of half-empty SMs. Interleaved rows keep the SMs' reads
 // at any moment within a few MB (as rows_kernel's).
-// Stage i: the block's rows j = 4g..4g+3 of group g = i / n_chunks, columns
-// [c * kStreamK, +kStreamK) of chunk c = i % n_chunks (the last chunk may be
-// short); one bulk copy a row, so every copy starts on a 4 KB boundary of its
-// row (equal chunks of a runtime width streamed slower).
+// Stage i: step j = i / H, half h = i % H: the block's rows h * R.. of group
+// g = j / n_chunks (GR = H * R rows: 4, 8, or 16 at MR = 5 in the wide
+// form), columns [c * kStreamK, +kStreamK) of chunk c = j % n_chunks (the
+// last chunk may be short); one bulk copy a row, so every copy starts on a
+// 4 KB boundary of its row (equal chunks of a runtime width streamed slower).
 // Consumers (kStreamConsumers warps) take 8 columns a thread of every stage,
 // for all its rows. Where x fits (M <= 2; M <= 5 when K <= 4096, the verify
 // steps of 1 + 4 tokens) they hold their columns of x in registers for the
@@ -185,6 +186,15 @@ __global__ void __launch_bounds__(kWarps * 32)
 constexpr int kStreamRows = 4;      // rows a stage, x in registers
 constexpr int kStreamRowsWide = 8;  // rows a stage, x in smem (each x load serves more weights; 4 measured slower)
 constexpr int stream_rows(bool x_in_registers) { return x_in_registers ? kStreamRows : kStreamRowsWide; }
+// Rows a group (the outputs a thread accumulates at once). The wide form
+// at MR = 5 (a verify step of 1 + 4 tokens) takes two stages' rows a group
+// (80 accumulators), so that each chunk of x staged from L2 serves 16 rows,
+// not 8: with 8, the down projection (K = 12288) restaged 40 KB of x for
+// every 32 KB stage of weights and streamed at 82% of the one-row speed.
+// (At MR = 4, batch-4 decode measured 1% slower with 16.)
+constexpr int stream_group_rows(bool x_in_registers, int MR) {
+  return !x_in_registers && MR == 5 ? 2 * kStreamRowsWide : stream_rows(x_in_registers);
+}
 // Whether a thread's columns of x (MR rows of `chunks` stages) stay in
 // registers: 8 floats a row a chunk, at most 16 row-chunks.
 constexpr bool stream_x_in_registers(int MR, int64_t chunks) { return MR <= 2 || (MR <= 5 && chunks <= 2); }
@@ -196,8 +206,8 @@ constexpr int kStreamMaxSmem = 227 * 1024;           // a block's dynamic shared
 constexpr size_t kStreamXResident = 112 * 1024;      // M > 2: x staged whole up to this size
 
 template <int MR>
-constexpr size_t stream_header_bytes(int rows, int slots, int stash_units = 0) {
-  return size_t(2 * slots) * sizeof(uint64_t) + size_t(2 * kStreamConsumers * rows * MR) * sizeof(float) +
+constexpr size_t stream_header_bytes(int group_rows, int slots, int stash_units = 0) {
+  return size_t(2 * slots) * sizeof(uint64_t) + size_t(2 * kStreamConsumers * group_rows * MR) * sizeof(float) +
          size_t(kStreamConsumers * MR + stash_units * MR) * sizeof(float);
 }
 constexpr size_t stream_stage_bytes(int rows) { return size_t(rows) * kStreamK * sizeof(uint16_t); }
@@ -278,7 +288,8 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   // stage (run_stream's choice, stream_x_in_registers), more that it is held
   // in registers.
   constexpr bool kXReg = MAXC > 1;
-  constexpr int R = stream_rows(kXReg), KC = kStreamK;
+  // R rows a stage, GR = H * R rows a group.
+  constexpr int R = stream_rows(kXReg), GR = stream_group_rows(kXReg, MR), H = GR / R, KC = kStreamK;
   uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
   // M > 2: x (and the norm's gain) staged by each consumer thread for its
   // own columns, xbufs chunks: [xbufs][M][KC] f32, then (NORM) [xbufs][KC].
@@ -294,11 +305,11 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   const int F = N / 2, units = swiglu ? F : N;
   const int n_units = (units - blk + G - 1) / G;
   auto unit_of = [&](int i) { return int64_t(blk) + int64_t(G) * i; };
-  const int n_phase = (n_units + R - 1) / R;
+  const int n_phase = (n_units + GR - 1) / GR;
   const int n_chunks = (K + KC - 1) / KC;
   const int n_groups = swiglu ? 2 * n_phase : n_phase;
-  const int n_stages = n_groups * n_chunks;
-  auto group_unit = [&](int g) { return (swiglu && g >= n_phase ? g - n_phase : g) * R; };  // its first unit
+  const int n_steps = n_groups * n_chunks;  // (group, chunk) steps, H stages each
+  auto group_unit = [&](int g) { return (swiglu && g >= n_phase ? g - n_phase : g) * GR; };  // its first unit
   auto row_of = [&](int g, int r) {
     const int64_t row = unit_of(group_unit(g) + r);
     return swiglu && g >= n_phase ? F + row : row;
@@ -311,14 +322,16 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
 
   if (warp == kStreamConsumers) {  // the producer: weights only, so no PDL wait
     if (lane != 0) return;
-    for (int i = 0; i < n_stages; ++i) {
+    // Stage i: step j = i / H, its rows h * R.. of the group (none past a
+    // short group's end: the stage then only completes its phase).
+    for (int i = 0; i < n_steps * H; ++i) {
       const int slot = i % slots;
       if (i >= slots) mbar_wait(&empty[slot], uint32_t(i / slots - 1) & 1u);
-      const int g = i / n_chunks, k0 = i % n_chunks * KC;
-      const int rows = min(R, n_units - group_unit(g)), len = min(KC, K - k0);
+      const int j = i / H, h = i % H, g = j / n_chunks, k0 = j % n_chunks * KC;
+      const int rows = max(0, min(R, n_units - group_unit(g) - h * R)), len = min(KC, K - k0);
       mbar_arrive_expect_tx(&full[slot], uint32_t(rows * len) * 2u);
       for (int r = 0; r < rows; ++r)
-        bulk_copy_g2s(ring + (size_t(slot) * R + r) * KC, w + row_of(g, r) * K + k0, uint32_t(len) * 2u,
+        bulk_copy_g2s(ring + (size_t(slot) * R + r) * KC, w + row_of(g, h * R + r) * K + k0, uint32_t(len) * 2u,
                       &full[slot]);
     }
     return;
@@ -345,13 +358,13 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
 #pragma unroll
       for (int m = 0; m < MR; ++m) load_x(c, m, xr[c][m]);
   }
-  // The wide form's staging: chunk i % n_chunks of x into buffer b, by
-  // cp.async (a load's latency would stall every stage). Resident (xbufs ==
-  // n_chunks): every chunk once, at the start; else two buffers, the next
-  // stage's chunk copied while this one's is used.
+  // The wide form's staging: step j's chunk j % n_chunks of x into buffer
+  // b, by cp.async (a load's latency would stall every stage). Resident
+  // (xbufs == n_chunks): every chunk once, at the start; else two buffers,
+  // the next step's chunk copied while this one's is used.
   const bool resident = xbufs >= n_chunks;
-  auto stage_x = [&](int i) {
-    const int c = i % n_chunks, b = resident ? c : (i & 1), k = c * KC + kt;
+  auto stage_x = [&](int j) {
+    const int c = j % n_chunks, b = resident ? c : (j & 1), k = c * KC + kt;
     const bool ok = k < K;
     for (int m = 0; m < M; ++m) {
       float* d = xs + (size_t(b) * M + m) * KC + kt;
@@ -377,7 +390,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     // As below, the squares summed in the same order (chunks, then columns;
     // the register form's zeros past K add nothing). A chunk's loads for
     // every row are issued together.
-    float* rn = red + 2 * kStreamConsumers * R * MR;
+    float* rn = red + 2 * kStreamConsumers * GR * MR;
     float ss[MR];
 #pragma unroll
     for (int m = 0; m < MR; ++m) ss[m] = 0.f;
@@ -417,7 +430,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   if constexpr (NORM && kXReg) {
     // x * rsqrt(mean(x^2) + eps) * g, the sum of squares over all of x: warp
     // sums, then the warps' in order.
-    float* rn = red + 2 * kStreamConsumers * R * MR;
+    float* rn = red + 2 * kStreamConsumers * GR * MR;
 #pragma unroll
     for (int m = 0; m < MR; ++m) {
       float ss = 0.f;
@@ -448,23 +461,29 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
         for (int e = 0; e < 8; ++e) xr[c][m][e] = gv[e] * (xr[c][m][e] * inv[m]);
     }
   }
-  float* stash = red + 2 * kStreamConsumers * R * MR + kStreamConsumers * MR;  // SwiGLU: [n_units][MR]
+  float* stash = red + 2 * kStreamConsumers * GR * MR + kStreamConsumers * MR;  // SwiGLU: [n_units][MR]
   int slot = 0;
   uint32_t phase = 0;
   for (int g = 0; g < n_groups; ++g) {
-    const int u0 = group_unit(g), rows = min(R, n_units - u0);
-    // Output o = r * MR + m of the group (R * MR <= 64) is added up by
+    const int u0 = group_unit(g), rows = min(GR, n_units - u0);
+    // Output o = r * MR + m of the group (GR * MR <= 80) is added up by
     // consumer thread (warp o % 8, lane o / 8): spread over the warps, so that
     // no warp lags the others by the group's sums (a slot is freed by its
     // slowest warp, and a verify step's 5 rows leave little time to spare).
     const int o_mine = lane * kStreamConsumers + warp, r_mine = o_mine / MR, m_mine = o_mine % MR;
-    const bool out_mine = o_mine < R * MR && r_mine < rows && m_mine < M;
-    float old = 0.f;  // Accumulate: y's value before this kernel, loaded early
-    if constexpr (EPI == StreamEpi::Accumulate)
+    const bool out_mine = o_mine < GR * MR && r_mine < rows && m_mine < M;
+    // Accumulate: y's value before this kernel, loaded early, off the
+    // critical path: into a register, or with two stages a group (H > 1,
+    // where that register made ptxas spill in the loop) by cp.async into
+    // old_s[o_mine], in the commit group of the group's first step's x.
+    constexpr bool kOldInSmem = EPI == StreamEpi::Accumulate && H > 1;
+    float* old_s = stash;  // kOldInSmem: [GR * MR]
+    float old = 0.f;
+    if constexpr (EPI == StreamEpi::Accumulate && !kOldInSmem)
       if (out_mine) old = y[int64_t(m_mine) * ldy + unit_of(u0 + r_mine)];
-    float acc[R][MR];
+    float acc[GR][MR];
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+    for (int r = 0; r < GR; ++r)
 #pragma unroll
       for (int m = 0; m < MR; ++m) acc[r][m] = 0.f;
     // Each thread releases its own reads, at once (run_stream always says
@@ -499,14 +518,20 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
       }
     } else {
       for (int c = 0; c < n_chunks; ++c) {
-        const int i = g * n_chunks + c, k = c * KC + kt, b = resident ? c : (i & 1);
+        const int j = g * n_chunks + c, k = c * KC + kt, b = resident ? c : (j & 1);
+        if constexpr (kOldInSmem) {
+          if (c == 0) {
+            if (out_mine) cp_async4(old_s + o_mine, y + int64_t(m_mine) * ldy + unit_of(u0 + r_mine));
+            if (resident) cp_async_commit();
+          }
+        }
         if (!resident) {
-          if (i + 1 < n_stages)
-            stage_x(i + 1);
+          if (j + 1 < n_steps)
+            stage_x(j + 1);
           else
             cp_async_commit();  // an empty group keeps the count
           cp_async_wait<1>();
-        } else if (i == 0) {
+        } else if (j == 0) {
           cp_async_wait<0>();
         }
         auto from_smem = [](const float* p, float (&v)[8]) {
@@ -516,37 +541,48 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
         float gv[8];
         if constexpr (NORM)
           if (k < K) from_smem(gs + size_t(b) * KC + kt, gv);
-        mbar_wait(&full[slot], phase);
-        if (k < K) {
-          const uint16_t* st = ring + size_t(slot) * R * KC + kt;
-          float wf[R][8];
+        // The step's H stages, rows h * R.. of the group.
 #pragma unroll
-          for (int r = 0; r < R; ++r) unpack8<F16>(*reinterpret_cast<const uint4*>(st + r * KC), wf[r]);
+        for (int h = 0; h < H; ++h) {
+          mbar_wait(&full[slot], phase);
+          if (k < K && h * R < rows) {
+            const uint16_t* st = ring + size_t(slot) * R * KC + kt;
+            // Q rows of weights held at once: half the stage's where the
+            // norm's gain and scales (13 registers) beside 80 accumulators
+            // would make ptxas spill; x is then read twice a stage.
+            constexpr int Q = H > 1 && (NORM || EPI == StreamEpi::Accumulate) ? R / 2 : R;
 #pragma unroll
-          for (int m = 0; m < MR; ++m) {
-            if (m >= M) break;
-            float xv[8];
-            from_smem(xs + (size_t(b) * M + m) * KC + kt, xv);
-            if constexpr (NORM)
+            for (int q0 = 0; q0 < R; q0 += Q) {
+              float wf[Q][8];
 #pragma unroll
-              for (int e = 0; e < 8; ++e) xv[e] = gv[e] * (xv[e] * inv[m]);
+              for (int r = 0; r < Q; ++r) unpack8<F16>(*reinterpret_cast<const uint4*>(st + (q0 + r) * KC), wf[r]);
 #pragma unroll
-            for (int r = 0; r < R; ++r) dot8_into(acc[r][m], xv, wf[r]);
+              for (int m = 0; m < MR; ++m) {
+                if (m >= M) break;
+                float xv[8];
+                from_smem(xs + (size_t(b) * M + m) * KC + kt, xv);
+                if constexpr (NORM)
+#pragma unroll
+                  for (int e = 0; e < 8; ++e) xv[e] = gv[e] * (xv[e] * inv[m]);
+#pragma unroll
+                for (int r = 0; r < Q; ++r) dot8_into(acc[h * R + q0 + r][m], xv, wf[r]);
+              }
+            }
           }
+          release();
         }
-        release();
       }
     }
     // The group's end: warp sums, then each output's thread adds the warps'
     // in order. red alternates between two halves, so a half is rewritten
     // only after the next barrier, which every thread reaches after reading
     // it.
-    float* rg = red + (g & 1) * kStreamConsumers * R * MR;
-    group_warp_sums<0, R * MR, R, MR>(acc, rg, warp, lane);
+    float* rg = red + (g & 1) * kStreamConsumers * GR * MR;
+    group_warp_sums<0, GR * MR, GR, MR>(acc, rg, warp, lane);
     asm volatile("bar.sync 1, %0;" ::"n"(kStreamConsumers * 32) : "memory");
     if (out_mine) {
       float sum = 0.f;
-      for (int q = 0; q < kStreamConsumers; ++q) sum += rg[q * R * MR + o_mine];
+      for (int q = 0; q < kStreamConsumers; ++q) sum += rg[q * GR * MR + o_mine];
       const int64_t at = int64_t(m_mine) * ldy + unit_of(u0 + r_mine);
       if constexpr (swiglu) {  // the same thread (r, m) stashes the gate and later reads it
         float& gate = stash[(u0 + r_mine) * MR + m_mine];
@@ -555,6 +591,15 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
         else
           y[at] = silu_mul(gate, sum);
       } else if constexpr (EPI == StreamEpi::Accumulate) {
+        if constexpr (kOldInSmem) {
+          // Its commit group is complete: resident, the only one since; else
+          // an older one than the last step's (n_chunks > 2 without resident x).
+          if (resident)
+            cp_async_wait<0>();
+          else
+            cp_async_wait<1>();
+          old = old_s[o_mine];
+        }
         y[at] = old + sum;
         if (y2 != nullptr) y2[at] = sum;
       } else {
@@ -617,7 +662,7 @@ template <int MR, int MAXC, bool F16, StreamEpi EPI, bool NORM>
 void launch_stream(const StreamLaunch& l, Stream s) {
   constexpr int rows = stream_rows(MAXC > 1);
   const size_t smem = size_t(l.slots) * stream_stage_bytes(rows) + stream_x_bytes(l.q, l.xbufs) +
-                     stream_header_bytes<MR>(rows, l.slots, l.stash_units);
+                     stream_header_bytes<MR>(stream_group_rows(MAXC > 1, MR), l.slots, l.stash_units);
   auto kernel = stream_kernel<MR, MAXC, F16, EPI, NORM>;
   static size_t granted = 0;  // per instantiation: the dynamic smem the attribute allows
   if (smem > granted) {
@@ -674,13 +719,18 @@ void run_stream(const StreamGemv& q, Stream s, int sm_count) {
   const bool swiglu = q.epi == StreamEpi::SwiGLU;
   const int64_t units = swiglu ? q.N / 2 : q.N;
   const int grid = int(std::min<int64_t>(sm_count, units));
-  const int stash = swiglu ? int(ceil_div(units, int64_t(grid))) : 0;
+  // SwiGLU: the gate sums of a block's units; Accumulate with two stages a
+  // group: the old values of y (old_s).
+  const int group_rows = stream_group_rows(x_reg, MR);
+  const int stash = swiglu                                                  ? int(ceil_div(units, int64_t(grid)))
+                    : q.epi == StreamEpi::Accumulate && group_rows > rows ? group_rows
+                                                                            : 0;
   // x not in registers: resident in shared memory where it fits in
   // kStreamXResident, else two chunks of it in turn.
   int xbufs = 0;
   if (!x_reg) xbufs = stream_x_bytes(q, int(chunks)) <= kStreamXResident ? int(chunks) : 2;
   // The ring gives way to a large stash (few SMs, wide SwiGLU) and to x.
-  const size_t header = stream_header_bytes<MR>(rows, 16, stash) + stream_x_bytes(q, xbufs);
+  const size_t header = stream_header_bytes<MR>(group_rows, 16, stash) + stream_x_bytes(q, xbufs);
   const int ring_kb = std::clamp(q.ring_kb, 32, 224);
   const int slots = std::min(std::max(2, int(size_t(ring_kb) * 1024 / stage)),
                              int((size_t(kStreamMaxSmem) - std::min(header, size_t(kStreamMaxSmem))) / stage));
