@@ -18,10 +18,10 @@ struct PrefillCfg {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kRows = kWarps * 16;                         // (token, head) rows per block
-  // Keys per KV tile. head_dim 256 too takes 32 (138 KB of smem, no spills):
-  // each tile's Q fragment reloads, barrier and softmax pass serve twice the
-  // keys of 16.
-  static constexpr int kBk = D <= 64 ? 64 : 32;
+  // Keys per KV tile. head_dim 256 takes 64 too (206 KB of smem, 249
+  // registers, no spills; one block an SM either way): each tile's Q fragment
+  // reloads, barrier, softmax pass and rescale of O serve 64 keys, not 32.
+  static constexpr int kBk = D <= 64 || D == 256 ? 64 : 32;
   static constexpr int kStride = D + 8;                             // halves per smem row (16-byte pad)
   static constexpr int kChunks = D / 8;
   static constexpr int kMinBlocks = D >= 256 ? 1 : 2;
