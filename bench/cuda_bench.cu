@@ -183,6 +183,49 @@ double skinny_ms(const Shape& sh, int64_t M, Path path, int splits, uint16_t* w,
   return ms / copies;
 }
 
+// Batched-decode matmuls (M = 8..256 rows, what a server's decode steps
+// run): cuBLASLt on x already in the weights' type, and matmul_bf16 (the
+// engine's dispatch: the stream kernel up to 8 rows, else x converted, then
+// cuBLASLt), us and % of the copy ceiling for the weights' bytes; then the
+// heuristic's first eight algorithms, to see whether its first is the best.
+void lt_sweep(double bw) {
+  const size_t rot_bytes = size_t(1) << 30;
+  Buf<float> x(size_t(256) * 12288), y(size_t(256) * 151936);
+  Buf<uint16_t> xb(size_t(256) * 12288);
+  rand_f32(x.p, x.n, 1);
+  rand_bf16(xb.p, xb.n, 2);
+  std::printf("== batched decode matmuls: us (%% of copy), cuBLASLt on bf16 x | matmul_bf16 ==\n");
+  for (const Shape& sh : kShapes) {
+    const size_t bytes = size_t(sh.N * sh.K) * 2;
+    const int copies = int(std::clamp<size_t>(rot_bytes / bytes, 2, 64));
+    Buf<uint16_t> w(size_t(copies) * size_t(sh.N * sh.K));
+    rand_bf16(w.p, w.n, 3);
+    std::printf("%-26s", sh.name);
+    for (int64_t M : {8, 16, 32, 64, 128, 256}) {
+      const double lt = skinny_ms(sh, M, Path::Lt, 0, w.p, copies, x.p, xb.p, y.p);
+      const double d = skinny_ms(sh, M, Path::Dispatch, 0, w.p, copies, x.p, xb.p, y.p);
+      std::printf(" | M%ld %.1f (%.0f%%) %.1f", long(M), lt * 1e3, 100.0 * double(bytes) / (lt * 1e-3) / 1e9 / bw,
+                  d * 1e3);
+    }
+    std::printf("\n  heuristic results 0..7 at M = 32 / 64 / 128, us:");
+    for (int64_t M : {32, 64, 128}) {
+      std::printf("\n   M%ld", long(M));
+      for (int algo = 0; algo < 8; ++algo) {
+        bool ok = true;
+        const double ms = time_graph([&](Stream s) {
+                            for (int c = 0; c < copies; ++c)
+                              ok = augur::cuda::detail::lt_matmul(xb.p, M, sh.K, w.p + size_t(c) * size_t(sh.N * sh.K),
+                                                                  sh.N, y.p, sh.N, s, algo) && ok;
+                          }) /
+                          copies;
+        if (!ok) break;
+        std::printf(" %.1f", ms * 1e3);
+      }
+    }
+    std::printf("\n");
+  }
+}
+
 // Decode matmul shapes of both benchmark models at M = 1: rows_kernel at
 // its automatic split and a range of forced ones, and the stream GEMV (which
 // matmul_bf16 takes where every SM gets a stage's rows). Prints us and GB/s
@@ -455,6 +498,10 @@ int main(int argc, char** argv) {
   const bool attention_only = argc > 1 && std::strcmp(argv[1], "--attention") == 0;
   if (argc > 1 && std::strcmp(argv[1], "--stream-epi") == 0) {
     stream_epi_sweep(bw, argc > 2 ? std::atoi(argv[2]) : 1);
+    return 0;
+  }
+  if (argc > 1 && std::strcmp(argv[1], "--lt-sweep") == 0) {
+    lt_sweep(bw);
     return 0;
   }
   if (argc > 1 && std::strcmp(argv[1], "--skinny-sweep") == 0) {
