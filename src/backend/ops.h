@@ -65,18 +65,46 @@ void swiglu_linear(const Tensor& gate_up, const Tensor& w, const Tensor& act, co
 //   x += a · w_outᵀ;  out = down · swiglu_packed(gate_up · (rms_norm(x) * g))
 // and with w_next (the next block's input projection, or the LM head):
 //   x += out;  y_next = (rms_norm(x) * g_next) · w_nextᵀ
-// (without it x is left at x + a · w_outᵀ, out not added). On CUDA at most 2
-// rows: stream GEMVs with the residual adds, norms and SwiGLU in their ends
-// (h and gu not written); elsewhere linear, add_rms_norm, linear,
-// swiglu_linear (+ add_rms_norm, linear) through the scratch h, gu, act (on
-// CUDA's tensor-core path the norms and the SwiGLU write the matmuls' 16-bit
-// inputs themselves, the same bits, and h and act are not written).
+// (without it x is left at x + a · w_outᵀ, out not added). On CUDA with the
+// rows the stream GEMV takes (ProductKernels): stream GEMVs with the residual
+// adds, norms and SwiGLU in their ends (h and gu not written); elsewhere
+// linear, add_rms_norm, linear, swiglu_linear (+ add_rms_norm, linear)
+// through the scratch h, gu, act (on CUDA's tensor-core path the norms and
+// the SwiGLU write the matmuls' 16-bit inputs themselves, the same bits, and
+// h and act are not written).
 // a: [M, Ka]; w_out: [D, Ka]; x, h, out: [M, D]; g, g_next: [D] f32;
 // gate_up: [2F, D]; down: [D, F]; gu: [M, 2F]; act: [M, F]; w_next: [N, D]; y_next: [M, N]
 void block_tail(const Tensor& a, const Tensor& w_out, const Tensor& x, const Tensor& g, float eps,
                 const Tensor& gate_up, const Tensor& down, const Tensor& h, const Tensor& gu, const Tensor& act,
                 const Tensor& out, const Tensor& w_next = Tensor(), const Tensor& g_next = Tensor(),
                 const Tensor& y_next = Tensor());
+
+// The kernels of the matrix products a forward queues on this thread while
+// this lives, by the batch's longest row (in tokens) and the model's width.
+// On CUDA the stream GEMV takes up to 8 rows of x and computes each as it
+// would alone, which a verify window needs (its tokens must come out as
+// decode steps' would). A batch of one token a row has no window to match,
+// and past decode_stream_rows(d_model) rows its products go to cuBLASLt's
+// tensor cores, faster there than the stream GEMV's f32 FMAs.
+class ProductKernels {
+ public:
+  ProductKernels(Device device, int64_t max_row_tokens, int64_t d_model);
+  ~ProductKernels();
+  ProductKernels(const ProductKernels&) = delete;
+  ProductKernels& operator=(const ProductKernels&) = delete;
+
+ private:
+  int64_t was_ = 0;  // the stream rows before, 0 where nothing was set
+};
+// The crossover follows where the stream GEMV keeps x in registers: up to 5
+// rows where d_model is at most 4096 (then every product but the MLP's down
+// holds x there), 3 where it is wider (from 3 rows on x is restaged from
+// shared memory for every stage of weights, which at 4 costs more than the
+// tensor cores lose). Decode steps on an H100 (docs/benchmarks.md), stream
+// GEMV against cuBLASLt: qwen3-8b (4096) 6.09 against 6.42 ms at 5 rows,
+// 6.88 against 6.49 at 6; qwen3.5-27b (5120) 19.4 against 20.2 at 3 rows,
+// 24.4 against 20.4 at 4.
+int64_t decode_stream_rows(int64_t d_model);
 
 // Paged KV cache of one layer: fixed-size blocks of token slots.
 struct KvLayer {

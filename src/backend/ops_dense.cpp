@@ -201,6 +201,16 @@ bool next_fused(const Tensor& w_next, const Tensor& g_next, const Tensor& y_next
 
 }  // namespace
 
+int64_t decode_stream_rows(int64_t d_model) { return d_model <= 4096 ? 5 : 3; }
+
+ProductKernels::ProductKernels(Device device, int64_t max_row_tokens, int64_t d_model) {
+  if (device == Device::CUDA && max_row_tokens == 1) was_ = cuda::set_stream_rows(decode_stream_rows(d_model));
+}
+
+ProductKernels::~ProductKernels() {
+  if (was_ > 0) cuda::set_stream_rows(was_);
+}
+
 void block_tail(const Tensor& a, const Tensor& w_out, const Tensor& x, const Tensor& g, float eps,
                 const Tensor& gate_up, const Tensor& down, const Tensor& h, const Tensor& gu, const Tensor& act,
                 const Tensor& out, const Tensor& w_next, const Tensor& g_next, const Tensor& y_next) {

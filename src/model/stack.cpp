@@ -1,5 +1,6 @@
 #include "model/stack.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -261,6 +262,9 @@ void Model::forward(Executor& executor, std::span<const ForwardRow> rows, KvCach
   // their addresses (Runner keeps them in buffers of its own).
   std::vector<const void*> bound;
   for (const Tensor* t : {&hidden.in, &hidden.out}) bound.push_back(t->defined() ? t->raw() : nullptr);
+  int64_t longest = 0;
+  for (const ForwardRow& r : rows) longest = std::max<int64_t>(longest, int64_t(r.tokens.size()));
+  const ops::ProductKernels kernels(executor.device(), longest, info_.d_model);
   executor.run(
       plan, kv, logits, ids,
       [&](const BatchPlan& p, Scratch& scratch, const Tensor& out) { layers(p, kv, scratch, out, taps, hidden); },

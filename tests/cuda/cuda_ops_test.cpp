@@ -25,7 +25,9 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/memory.h"
 #include "backend/cuda/detail.h"
+#include "backend/ops.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
 #include "cuda_test_util.h"
 
@@ -386,6 +388,66 @@ TEST_F(CudaMatmul, PreconvertedInput) {
   const ErrStats e = compare(dy.download(), ref);
   EXPECT_TRUE(e.all_finite);
   EXPECT_LE(e.rel_l2, 1e-5);
+}
+
+// Rows beyond stream_rows() go to cuBLASLt (the bits of to_bf16 then
+// matmul_bf16_xb); rows within it keep the stream GEMV's (each row as it
+// would be alone). A limit outside 1..8 is an error.
+TEST_F(CudaMatmul, StreamRowsPickTheKernel) {
+  std::mt19937 rng(15);
+  const int64_t M = 6, K = 4096, N = 4096;
+  Dev<float> dx(randn(size_t(M * K), rng)), dy(size_t(M * N)), dlt(size_t(M * N)), dalone(size_t(M * N));
+  Dev<uint16_t> dw(rand_bf16(size_t(N * K), rng)), dxb(size_t(M * K));
+  to_bf16(dx.get(), M, K, K, dxb.get(), stream());
+  matmul_bf16_xb(dxb.get(), M, K, dw.get(), N, dlt.get(), N, stream());
+  for (int64_t m = 0; m < M; ++m)
+    matmul_bf16(dx.get() + m * K, 1, K, K, dw.get(), N, dalone.get() + m * N, N, stream());
+  const std::vector<float> lt = dlt.download(), alone = dalone.download();
+
+  ASSERT_EQ(stream_rows(), 8);
+  const int64_t was = set_stream_rows(5);
+  EXPECT_EQ(was, 8);
+  EXPECT_EQ(stream_rows(), 5);
+  EXPECT_FALSE(norm_matmul_fits(M, K, N));
+  EXPECT_TRUE(norm_matmul_fits(5, K, N));
+  dy.poison();
+  matmul_bf16(dx.get(), M, K, K, dw.get(), N, dy.get(), N, stream());
+  std::vector<float> got = dy.download();
+  EXPECT_EQ(0, std::memcmp(got.data(), lt.data(), lt.size() * 4)) << "6 rows past a limit of 5: cuBLASLt";
+  dy.poison();
+  matmul_bf16(dx.get(), 5, K, K, dw.get(), N, dy.get(), N, stream());
+  got = dy.download();
+  EXPECT_EQ(0, std::memcmp(got.data(), alone.data(), size_t(5 * N) * 4)) << "5 rows within it: the stream GEMV";
+  set_stream_rows(was);
+
+  dy.poison();
+  matmul_bf16(dx.get(), M, K, K, dw.get(), N, dy.get(), N, stream());
+  got = dy.download();
+  EXPECT_EQ(0, std::memcmp(got.data(), alone.data(), alone.size() * 4)) << "6 rows within 8: the stream GEMV";
+  EXPECT_THROW(set_stream_rows(0), Error);
+  EXPECT_THROW(set_stream_rows(9), Error);
+  EXPECT_EQ(stream_rows(), 8);
+}
+
+// A forward over rows of one token each gives the stream GEMV
+// decode_stream_rows(d_model) rows; one with a window of several tokens (a
+// verify, a prefill chunk) and work on the CPU leave it at 8.
+TEST_F(CudaMatmul, ForwardsSetTheStreamRowsByTheirLongestRow) {
+  EXPECT_EQ(ops::decode_stream_rows(4096), 5);
+  EXPECT_EQ(ops::decode_stream_rows(5120), 3);
+  {
+    const ops::ProductKernels decode(Device::CUDA, 1, 5120);
+    EXPECT_EQ(stream_rows(), 3);
+  }
+  EXPECT_EQ(stream_rows(), 8);
+  {
+    const ops::ProductKernels verify(Device::CUDA, 5, 4096);
+    EXPECT_EQ(stream_rows(), 8);
+  }
+  {
+    const ops::ProductKernels host(Device::CPU, 1, 4096);
+    EXPECT_EQ(stream_rows(), 8);
+  }
 }
 
 // A split-K matmul captured in a CUDA graph and replayed gives the same result

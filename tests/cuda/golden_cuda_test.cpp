@@ -181,11 +181,13 @@ TEST_P(CudaGolden, DecodeGraphsEqualEagerSteps) {
 }
 
 // Several sequences decoded in one batch equal each decoded alone (within
-// bf16 tolerance: batch size picks the GEMM kernel).
+// bf16 tolerance: batch size picks the GEMM kernel, and 8 rows of one token
+// take cuBLASLt's where one row takes the stream GEMV).
 TEST_P(CudaGolden, BatchedDecodeMatchesSingleRows) {
   auto model = load_model(dir_, Device::CUDA);
   const int64_t V = model->info().n_vocab;
-  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {7, 8, 9, 10, 11}, {42}, {5, 6}};
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {7, 8, 9, 10, 11}, {42}, {5, 6},
+                                                     {13, 14, 15, 16}, {99}, {21, 22}, {3, 1, 4, 1, 5, 9}};
   RunnerOptions ro;
   ro.max_cached_tokens = 1024;
   Runner together(*model, ro);

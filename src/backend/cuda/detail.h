@@ -19,9 +19,10 @@ struct Precision {
 };
 Precision& precision();
 
-// Rows of x the skinny kernels take (matmul_bf16 sends M <= kSkinnyMaxM to
-// them, larger M to cuBLASLt): all of a verify step's at batch 1 (1 + k <= 8
-// tokens), so that its rows are computed as a decode step's are.
+// Rows of x the skinny kernels take (matmul_half sends M <= stream_rows(),
+// at most this, to them, larger M to cuBLASLt): all of a verify step's at
+// batch 1 (1 + k <= 8 tokens), so that its rows are computed as a decode
+// step's are.
 constexpr int64_t kSkinnyMaxM = 8;
 
 // Skinny path (M <= kSkinnyMaxM). splits = 0 picks the kernel (the stream

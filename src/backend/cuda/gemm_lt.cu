@@ -204,6 +204,20 @@ void to_bf16(const float* x, int64_t M, int64_t K, int64_t ldx, bf16_bits* xb, S
   to_half(x, M, K, ldx, Half::BF16, xb, s);
 }
 
+namespace {
+thread_local int64_t t_stream_rows = detail::kSkinnyMaxM;
+}  // namespace
+
+int64_t stream_rows() { return t_stream_rows; }
+
+int64_t set_stream_rows(int64_t rows) {
+  if (rows < 1 || rows > detail::kSkinnyMaxM)
+    fail("[cuda] set_stream_rows: ", rows, " rows, the stream GEMV takes 1 to ", detail::kSkinnyMaxM);
+  const int64_t was = t_stream_rows;
+  t_stream_rows = rows;
+  return was;
+}
+
 void matmul_bf16_xb(const bf16_bits* xb, int64_t M, int64_t K, const bf16_bits* w, int64_t N, float* y,
                     int64_t ldy, Stream s) {
   if (M <= 0 || N <= 0) return;
@@ -222,7 +236,7 @@ void matmul_half(const float* x, int64_t M, int64_t K, int64_t ldx, const half_b
   if (M <= 0 || N <= 0) return;
   if (K <= 0 || ldx < K || ldy < N)
     fail("[cuda] matmul: bad shape M=", M, " K=", K, " N=", N, " ldx=", ldx, " ldy=", ldy);
-  if (M <= detail::kSkinnyMaxM) {
+  if (M <= stream_rows()) {
     detail::skinny_matmul(x, M, K, ldx, w, N, y, ldy, s, 0, wt);
     return;
   }
@@ -242,7 +256,7 @@ void matmul_half(const float* x, int64_t M, int64_t K, int64_t ldx, const half_b
 namespace {
 
 // Whether matmul_half takes M rows to cuBLASLt (through to_half).
-bool lt_rows(int64_t M) { return M > detail::kSkinnyMaxM && M <= 65535 && !detail::precision().exact_matmul; }
+bool lt_rows(int64_t M) { return M > stream_rows() && M <= 65535 && !detail::precision().exact_matmul; }
 
 }  // namespace
 

@@ -851,7 +851,9 @@ void generic_matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const hal
 
 }  // namespace detail
 
-bool norm_matmul_fits(int64_t M, int64_t K, int64_t N) { return detail::stream_gemv_fits(M, K, N); }
+bool norm_matmul_fits(int64_t M, int64_t K, int64_t N) {
+  return M <= stream_rows() && detail::stream_gemv_fits(M, K, N);
+}
 
 void norm_matmul(const float* x, int64_t M, int64_t K, const float* g, float eps, const half_bits* w, Half wt,
                  int64_t N, float* y, Stream s) {
@@ -863,7 +865,7 @@ void norm_matmul(const float* x, int64_t M, int64_t K, const float* g, float eps
 }
 
 bool block_tail_fits(int64_t M, int64_t Ka, int64_t D, int64_t F, int64_t n_next) {
-  return detail::stream_gemv_fits(M, Ka, D) && detail::stream_gemv_fits(M, D, 2 * F, true) &&
+  return M <= stream_rows() && detail::stream_gemv_fits(M, Ka, D) && detail::stream_gemv_fits(M, D, 2 * F, true) &&
          detail::stream_gemv_fits(M, F, D) && (n_next == 0 || detail::stream_gemv_fits(M, D, n_next));
 }
 

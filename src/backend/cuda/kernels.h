@@ -38,15 +38,22 @@ void synchronize();         // waits for the stream; throws on a pending error
 
 // y[m, n] = sum_k x[m, k] * w[n, k].  x: [M, K] f32 (row stride ldx);
 // w: [N, K] bf16 contiguous; y: [M, N] f32 (row stride ldy).
-// M <= 8: a bandwidth-bound skinny kernel (f32 products; a row's result does
-// not depend on M); larger M: tensor cores (cuBLASLt on a bf16 copy of x, f32
-// output).
+// M <= stream_rows() (8 unless set): a bandwidth-bound skinny kernel (f32
+// products; a row's result does not depend on M); larger M: tensor cores
+// (cuBLASLt on a bf16 copy of x, f32 output).
 void matmul_bf16(const float* x, int64_t M, int64_t K, int64_t ldx, const bf16_bits* w, int64_t N,
                  float* y, int64_t ldy, Stream s);
 // The same for weights of either Half; on the tensor-core path x is rounded
 // to the weights' type.
 void matmul_half(const float* x, int64_t M, int64_t K, int64_t ldx, const half_bits* w, Half wt, int64_t N,
                  float* y, int64_t ldy, Stream s);
+
+// The most rows matmul_half, norm_matmul and block_tail give the stream GEMV
+// on the calling thread: 8 (its limit) unless set lower, for work whose rows
+// need not match a decode step's bit for bit. set_stream_rows returns the
+// previous value.
+int64_t stream_rows();
+int64_t set_stream_rows(int64_t rows);
 
 // The tensor-core path in two halves, so that projections sharing an input
 // (q/k/v, gate/up) convert it to bf16 once. xb: [M, K] bf16 contiguous.
@@ -69,7 +76,7 @@ void rms_norm(const float* x, const float* w, float eps, int64_t M, int64_t D, f
 
 // y = rms_norm(x) * g · wᵀ in one stream GEMV (the norm in its prologue), for
 // a decode step's first projection and its logits: no norm kernel, no h.
-// norm_matmul_fits: the shapes it takes (M <= 8, K % 8 == 0 up to 18432;
+// norm_matmul_fits: the shapes it takes (M <= stream_rows(), K % 8 == 0 up to 18432;
 // operands must be 16-byte aligned).
 // x: [M, K] f32 contiguous; g: [K] f32; w: [N, K] half; y: [M, N] f32 contiguous
 bool norm_matmul_fits(int64_t M, int64_t K, int64_t N);

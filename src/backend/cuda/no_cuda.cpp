@@ -23,6 +23,8 @@ void matmul_bf16(const float*, int64_t, int64_t, int64_t, const bf16_bits*, int6
 void matmul_half(const float*, int64_t, int64_t, int64_t, const half_bits*, Half, int64_t, float*, int64_t, Stream) {
   no_cuda("matmul");
 }
+int64_t stream_rows() { return 8; }
+int64_t set_stream_rows(int64_t) { return 8; }
 void to_bf16(const float*, int64_t, int64_t, int64_t, bf16_bits*, Stream) { no_cuda("to_bf16"); }
 void to_half(const float*, int64_t, int64_t, int64_t, Half, half_bits*, Stream) { no_cuda("to_half"); }
 void matmul_bf16_xb(const bf16_bits*, int64_t, int64_t, const bf16_bits*, int64_t, float*, int64_t, Stream) {
