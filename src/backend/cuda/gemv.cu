@@ -17,6 +17,7 @@
 // arrive (a counter per tile) sums the S partials in order: one launch,
 // deterministic, counters left at zero for the next launch or graph replay.
 #include <algorithm>
+#include <cstdlib>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/detail.h"
@@ -609,6 +610,302 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   }
 }
 
+// stream_tc_kernel: the stream kernel with its products on tensor cores.
+// Why: a verify step's 1 + k rows cost the FMA form (stream_kernel) one FFMA
+// a weight and row plus the unpack and the lanes' sums; at M = 5 that is
+// more than the SM issues while a stage arrives at the H200's copy speed (a
+// 1 + 4 verify took 1.42x a decode step there). mma.m16n8k16 does 2048
+// products an instruction, so its time hardly depends on M <= 8.
+// The weights are mma's B: n = 8 rows a stage, one 4 KB bulk copy a row of a
+// 2048-column chunk, rows unpadded (every copy 128-byte aligned). x is A: A
+// row 2m + p (m < 4; rows 8 + 2(m - 4) + p for m >= 4) holds piece p of x
+// row m, x = piece 0 (x rounded to the weights' 16-bit float) + piece 1 (the
+// rest rounded; the subtraction is exact): 16 bits of significand with bf16,
+// 22 with f16, where x rounded once to bf16 keeps 8. A row of D depends only
+// on its rows of A, and y[m, n] = the warps' (D[2m, n] + D[2m + 1, n]) summed
+// in warp order: every row is the same arithmetic in the same order whatever
+// M is, so a verify step's rows are bit-equal to decode steps' (which take
+// this kernel too).
+// k order: lane (g, t) takes columns 16t..16t+15 of each 64 of its warp's
+// 256 a chunk; mma k-tile j of those 64 takes columns 16t + 4j + {0, 1} as k
+// = 2t + {0, 1} and 16t + 4j + {2, 3} as k = 2t + 8 + {0, 1}, for A and B
+// alike, so two 16-byte shared loads feed four k-tiles' B. Lanes of odd g
+// load their two halves in the other order (a select puts them back), so
+// each quarter-warp's 8 loads cover all 32 banks once: no conflicts.
+// A held (AC > 0: K <= AC chunks): every chunk's A is built once, right after
+// the PDL wait, from x in L2 (the producer streams meanwhile). AC = 0 (longer
+// K): the stream runs in passes of tc_groups stages a chunk, chunk by chunk,
+// each warp rebuilding its chunk's A at the chunk's start.
+// NORM: the products take g * x and the end multiplies by 1 / rms(x), whose
+// squares are summed from the loads that build A (the first pass's), each
+// row in one order whatever M is. SwiGLU: the gate rows' passes, then the
+// up rows', the gate sums kept in smem (stash) as stream_kernel does.
+// x: [M, K] f32 (row stride ldx, K % 8 == 0); w: [N, K] 16-bit float; y as
+// stream_kernel. smem: slots x [8][kStreamK] half, full[slots],
+// empty[slots], red[2][consumers][groups a pass * MR * 8], (NORM)
+// [consumers][MR], (SwiGLU) stash[units a block][MR].
+constexpr int kTcRows = 8;  // rows a stage: mma's n
+// Stages a pass: accumulators (4 a stage a thread) beside A's registers.
+constexpr int tc_groups(int MR, int AC) { return AC == 0 ? 8 : 2; }
+// A block of 9 warps gets at most 168 registers a thread (a scheduler's
+// quarter of the register file for its 3 warps): A is held for K <= 4096
+// (64 registers a chunk where x rows 4..7 are in use, 32 otherwise).
+constexpr int kTcHeldChunks = 2;
+constexpr size_t tc_stage_bytes() { return size_t(kTcRows) * kStreamK * sizeof(uint16_t); }
+template <int MR, int AC>
+constexpr size_t tc_header_bytes(int slots, int stash_units) {
+  return size_t(2 * slots) * sizeof(uint64_t) +
+         (size_t(2 * kStreamConsumers * tc_groups(MR, AC) * MR * kTcRows) + size_t(kStreamConsumers * MR) +
+          size_t(stash_units * MR)) *
+             sizeof(float);
+}
+
+// (lo, hi) rounded to a pair of 16-bit floats, lo in the low half.
+template <bool F16>
+__device__ __forceinline__ uint32_t cvt_half2(float lo, float hi) {
+  uint32_t r;
+  if constexpr (F16)
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+// Piece 0 (second false) or 1 of the pair (lo, hi): its rounding, or the
+// rounding of what that left.
+template <bool F16>
+__device__ __forceinline__ uint32_t x_piece(float lo, float hi, bool second) {
+  const uint32_t h = cvt_half2<F16>(lo, hi);
+  const float2 hf = half2_to_float2<F16>(h);
+  const uint32_t l = cvt_half2<F16>(lo - hf.x, hi - hf.y);
+  return second ? l : h;
+}
+
+template <int MR, int AC, bool F16, StreamEpi EPI, bool NORM>
+__global__ void __launch_bounds__(kStreamThreads, 1)
+    stream_tc_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
+                     float* __restrict__ y, int64_t ldy, int slots, const float* __restrict__ g_norm, float eps,
+                     float* __restrict__ y2, int dv) {
+  constexpr bool swiglu = EPI == StreamEpi::SwiGLU;
+  constexpr int R = kTcRows, KC = kStreamK, Q = tc_groups(MR, AC);
+  constexpr bool kHigh = MR > 4;  // A rows 8..15 (x rows 4..7) in use
+  constexpr int kHeld = AC > 0 ? AC : 1;
+  constexpr int kAR = kHigh ? 4 : 2;  // A's registers a k-tile held (rows g + 8 are zeros otherwise)
+  constexpr int kOuts = Q * MR * R;  // a pass's outputs
+  constexpr int kOutsPerThread = (kOuts + kStreamConsumers * 32 - 1) / (kStreamConsumers * 32);
+  extern __shared__ __align__(128) unsigned char smem[];
+  uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(slots) * tc_stage_bytes());
+  uint64_t* empty = full + slots;
+  float* red = reinterpret_cast<float*>(empty + slots);
+  float* rn = red + 2 * kStreamConsumers * kOuts;
+  float* stash = rn + kStreamConsumers * MR;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  // This block's units u(i) = blk + G * i (rows, or SwiGLU's output columns),
+  // in groups of R; a phase's groups in passes of Q.
+  const int G = int(gridDim.x), blk = int(blockIdx.x);
+  const int F = N / 2, units = swiglu ? F : N;
+  const int n_units = (units - blk + G - 1) / G;
+  auto unit_of = [&](int i) { return int64_t(blk) + int64_t(G) * i; };
+  const int n_phase = (n_units + R - 1) / R;
+  const int passes_phase = (n_phase + Q - 1) / Q;
+  const int n_passes = swiglu ? 2 * passes_phase : passes_phase;
+  const int n_chunks = (K + KC - 1) / KC;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < slots; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], kStreamConsumers * 32);
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (warp == kStreamConsumers) {  // the producer: weights only, so no PDL wait
+    if (lane != 0) return;
+    int i = 0;
+    for (int s = 0; s < n_passes; ++s) {
+      const int ph = s / passes_phase, q0 = s % passes_phase * Q, qn = min(Q, n_phase - q0);
+      for (int c = 0; c < n_chunks; ++c) {
+        const int k0 = c * KC, len = min(KC, K - k0);
+        for (int q = 0; q < qn; ++q, ++i) {
+          const int slot = i % slots;
+          if (i >= slots) mbar_wait(&empty[slot], uint32_t(i / slots - 1) & 1u);
+          if (dv & 2) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+          const int u0 = (q0 + q) * R, rows = min(R, n_units - u0);
+          mbar_arrive_expect_tx(&full[slot], uint32_t(rows * len) * 2u);
+          for (int r = 0; r < rows; ++r) {
+            const int64_t row = unit_of(u0 + r) + (ph ? F : 0);
+            bulk_copy_g2s(ring + (size_t(slot) * R + r) * KC, w + row * K + k0, uint32_t(len) * 2u, &full[slot]);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  pdl_wait();
+  pdl_launch_dependents();
+  const int tid = threadIdx.x, g = lane >> 2, t = lane & 3;
+  const int m0 = g >> 1;             // x row of A row g; A row g + 8 is x row m0 + 4
+  const bool second = (g & 1) != 0;  // the piece A rows g and g + 8 hold
+  float ss[2] = {0.f, 0.f};          // NORM: squares of x rows m0, m0 + 4 over this lane's columns
+
+  // A of chunk c (k-tile 4 * (64-column block) + j): g * x from L2, in two
+  // pieces; with squares, x's squares summed in column order.
+  uint32_t a[kHeld][16][kAR];
+  auto build_a = [&](uint32_t (&ak)[16][kAR], int c, bool squares) {
+#pragma unroll
+    for (int kt = 0; kt < 16; ++kt) {
+      const int k = c * KC + warp * 256 + (kt >> 2) * 64 + t * 16 + (kt & 3) * 4;
+      const bool in = k < K;  // K % 8 == 0: all 4 columns or none
+      float4 gv = make_float4(1.f, 1.f, 1.f, 1.f);
+      if constexpr (NORM)
+        if (in) gv = __ldg(reinterpret_cast<const float4*>(g_norm + k));
+#pragma unroll
+      for (int r = 0; r < (kHigh ? 2 : 1); ++r) {
+        const int m = m0 + 4 * r;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (m < M && in) v = __ldg(reinterpret_cast<const float4*>(x + m * ldx + k));
+        if constexpr (NORM) {
+          if (squares) {
+            ss[r] = fmaf(v.x, v.x, ss[r]), ss[r] = fmaf(v.y, v.y, ss[r]);
+            ss[r] = fmaf(v.z, v.z, ss[r]), ss[r] = fmaf(v.w, v.w, ss[r]);
+          }
+          v.x = __fmul_rn(gv.x, v.x), v.y = __fmul_rn(gv.y, v.y);
+          v.z = __fmul_rn(gv.z, v.z), v.w = __fmul_rn(gv.w, v.w);
+        }
+        ak[kt][r * kAR / 2] = x_piece<F16>(v.x, v.y, second);         // a0, a1: k 2t, 2t + 1
+        ak[kt][r * kAR / 2 + 1] = x_piece<F16>(v.z, v.w, second);     // a2, a3: k 2t + 8, 2t + 9
+      }
+    }
+  };
+  if constexpr (AC > 0) {
+#pragma unroll
+    for (int c = 0; c < AC; ++c)
+      if (c < n_chunks) build_a(a[c], c, true);
+  }
+
+  int slot = 0;
+  uint32_t phase = 0;
+  for (int s = 0; s < n_passes; ++s) {
+    const int ph = s / passes_phase, q0 = s % passes_phase * Q, qn = min(Q, n_phase - q0);
+    // This thread's outputs o = tid + 256 i: (stage q, row m, unit n of the stage).
+    float old[kOutsPerThread];  // Accumulate: y before this kernel, loaded early
+#pragma unroll
+    for (int i = 0; i < kOutsPerThread; ++i) {
+      old[i] = 0.f;
+      if constexpr (EPI == StreamEpi::Accumulate) {
+        const int o = tid + kStreamConsumers * 32 * i, q = o / (MR * R), m = o / R % MR, u = (q0 + q) * R + o % R;
+        if (o < kOuts && q < qn && m < M && u < n_units) old[i] = y[int64_t(m) * ldy + unit_of(u)];
+      }
+    }
+    float acc[Q][4];
+#pragma unroll
+    for (int q = 0; q < Q; ++q) acc[q][0] = acc[q][1] = acc[q][2] = acc[q][3] = 0.f;
+    // The chunk's stages, one a group of the pass.
+    // D += A·B for one k-tile; A's registers (row g, k 2t), (row g + 8, k 2t), (row g, k 2t + 8),
+    // (row g + 8, k 2t + 8), rows g + 8 zeros where x rows 4..7 are not in use.
+    auto mma_kt = [](float (&d)[4], const uint32_t (&ak)[kAR], uint32_t b0, uint32_t b1) {
+      uint32_t f[4] = {ak[0], 0u, ak[1], 0u};
+      if constexpr (kHigh) f[1] = ak[2], f[3] = ak[3];
+      mma_16816<F16>(d, f, b0, b1);
+    };
+    auto chunk = [&](int c, const uint32_t (&ak)[16][kAR]) {
+      const int len = min(KC, K - c * KC);
+#pragma unroll
+      for (int q = 0; q < Q; ++q) {
+        if (q >= qn) break;
+        mbar_wait(&full[slot], phase);
+        __syncwarp();  // mma.sync needs the whole warp: lanes leave the wait's spin one by one
+        const uint16_t* st = ring + (size_t(slot) * R + g) * KC + warp * 256 + t * 16;
+        const int first = second ? 8 : 0;  // odd rows load their upper 8 columns first
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          const uint4 p0 = *reinterpret_cast<const uint4*>(st + b * 64 + first);
+          const uint4 p1 = *reinterpret_cast<const uint4*>(st + b * 64 + (8 - first));
+          uint4 lo = second ? p1 : p0, hi = second ? p0 : p1;
+          // Past a short chunk's end the stage holds stale bits (NaN * 0 is NaN).
+          if (len < KC) {
+            const int col = warp * 256 + b * 64 + t * 16;
+            if (col >= len) lo = make_uint4(0u, 0u, 0u, 0u);
+            if (col + 8 >= len) hi = make_uint4(0u, 0u, 0u, 0u);
+          }
+          mma_kt(acc[q], ak[4 * b], lo.x, lo.y);
+          mma_kt(acc[q], ak[4 * b + 1], lo.z, lo.w);
+          mma_kt(acc[q], ak[4 * b + 2], hi.x, hi.y);
+          mma_kt(acc[q], ak[4 * b + 3], hi.z, hi.w);
+        }
+        if (dv & 4) __syncwarp();
+        if (dv & 1) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        mbar_arrive(&empty[slot]);
+        if (++slot == slots) slot = 0, phase ^= 1u;
+      }
+    };
+    if constexpr (AC > 0) {
+#pragma unroll
+      for (int c = 0; c < AC; ++c)
+        if (c < n_chunks) chunk(c, a[c]);
+    } else {
+      for (int c = 0; c < n_chunks; ++c) {
+        build_a(a[0], c, s == 0);
+        chunk(c, a[0]);
+      }
+    }
+    if constexpr (NORM) {
+      // The first pass has seen all of x: each row's squares over the lanes
+      // of its g (t in order), then (the end below) over the warps in order.
+      if (s == 0) {
+#pragma unroll
+        for (int r = 0; r < (kHigh ? 2 : 1); ++r) {
+          float v = ss[r];
+          v += __shfl_xor_sync(0xffffffffu, v, 1);
+          v += __shfl_xor_sync(0xffffffffu, v, 2);
+          const int m = m0 + 4 * r;
+          if (!second && t == 0 && m < MR) rn[warp * MR + m] = v;
+        }
+      }
+    }
+    // The pass's end. Lanes g and g ^ 1 hold the two pieces of one x row:
+    // their sum (the same bits either way round), written by the even lane;
+    // red alternates between two halves, so a half is rewritten only after
+    // the next barrier, which every thread reaches after reading it.
+    float* rp = red + (s & 1) * kStreamConsumers * kOuts + warp * kOuts;
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      if (q >= qn) break;
+#pragma unroll
+      for (int e = 0; e < (kHigh ? 4 : 2); ++e) {
+        const float v = acc[q][e] + __shfl_xor_sync(0xffffffffu, acc[q][e], 4);
+        const int m = m0 + (e >= 2 ? 4 : 0), n = 2 * t + (e & 1);
+        if (!second && m < MR) rp[(q * MR + m) * R + n] = v;
+      }
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(kStreamConsumers * 32) : "memory");
+    const float* rs = red + (s & 1) * kStreamConsumers * kOuts;
+#pragma unroll
+    for (int i = 0; i < kOutsPerThread; ++i) {
+      const int o = tid + kStreamConsumers * 32 * i, q = o / (MR * R), m = o / R % MR, gu = (q0 + q) * R + o % R;
+      if (o >= kOuts || q >= qn || m >= M || gu >= n_units) continue;
+      float sum = 0.f;
+      for (int v = 0; v < kStreamConsumers; ++v) sum += rs[v * kOuts + o];
+      if constexpr (NORM) {
+        float sq = 0.f;
+        for (int v = 0; v < kStreamConsumers; ++v) sq += rn[v * MR + m];
+        sum *= 1.0f / sqrtf(sq / float(K) + eps);
+      }
+      const int64_t at = int64_t(m) * ldy + unit_of(gu);
+      if constexpr (swiglu) {  // the gate's pass and the up's map (unit, row) to the same thread
+        float& gate = stash[gu * MR + m];
+        if (ph == 0)
+          gate = sum;
+        else
+          y[at] = silu_mul(gate, sum);
+      } else if constexpr (EPI == StreamEpi::Accumulate) {
+        y[at] = old[i] + sum;
+        if (y2 != nullptr) y2[at] = sum;
+      } else {
+        y[at] = sum;
+      }
+    }
+  }
+}
+
 // Any shape: one warp per (column n, group of 16 rows of x). Odd K, unaligned
 // x or w, and shapes cuBLASLt refuses.
 template <bool F16>
@@ -740,6 +1037,64 @@ void run_stream(const StreamGemv& q, Stream s, int sm_count) {
   q.wt == Half::F16 ? launch_stream<MR, true>(l, s) : launch_stream<MR, false>(l, s);
 }
 
+int tc_dv() {  // DEV ONLY
+  static const int v = std::getenv("AUGUR_TC_DV") ? std::atoi(std::getenv("AUGUR_TC_DV")) : 0;
+  return v;
+}
+// The tensor-core form. Its ring: ring_kb of 32 KB stages, fewer where the
+// header needs the room.
+template <int MR, int AC, bool F16, StreamEpi EPI, bool NORM>
+void launch_stream_tc(const StreamGemv& q, int grid, int stash, Stream s) {
+  const size_t header = tc_header_bytes<MR, AC>(16, stash);
+  const int fit = int((size_t(kStreamMaxSmem) - std::min(header, size_t(kStreamMaxSmem))) / tc_stage_bytes());
+  const int ring_kb = std::clamp(q.ring_kb, 32, 224);
+  const int slots = std::min(std::max(2, int(size_t(ring_kb) * 1024 / tc_stage_bytes())), fit);
+  if (slots < 2)
+    fail("[cuda] stream GEMV: M ", q.M, ", K ", q.K, ", N ", q.N, " on ", grid, " SMs needs too much shared memory");
+  const size_t smem = size_t(slots) * tc_stage_bytes() + tc_header_bytes<MR, AC>(slots, stash);
+  auto kernel = stream_tc_kernel<MR, AC, F16, EPI, NORM>;
+  static size_t granted = 0;  // per instantiation: the dynamic smem the attribute allows
+  if (smem > granted) {
+    AUGUR_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    granted = smem;
+  }
+  launch(q.name, kernel, dim3(unsigned(grid)), dim3(kStreamThreads), smem, s, q.x, int(q.M), int(q.K), q.ldx,
+         reinterpret_cast<const uint16_t*>(q.w), int(q.N), q.y, q.ldy, slots, q.g, q.eps, q.y2, tc_dv());
+}
+
+// A held in registers where K fits (kTcHeldChunks), else rebuilt a chunk at a time.
+template <int MR, bool F16, StreamEpi EPI, bool NORM>
+void launch_stream_tc(const StreamGemv& q, int grid, int stash, Stream s) {
+  const int64_t chunks = ceil_div(q.K, int64_t(kStreamK));
+  if (chunks <= kTcHeldChunks)
+    launch_stream_tc<MR, kTcHeldChunks, F16, EPI, NORM>(q, grid, stash, s);
+  else
+    launch_stream_tc<MR, 0, F16, EPI, NORM>(q, grid, stash, s);
+}
+
+template <int MR, bool F16>
+void run_stream_tc(const StreamGemv& q, Stream s, int sm_count) {
+  const bool swiglu = q.epi == StreamEpi::SwiGLU;
+  const int64_t units = swiglu ? q.N / 2 : q.N;
+  const int grid = int(std::min<int64_t>(sm_count, units));
+  const int stash = swiglu ? int(ceil_div(units, int64_t(grid))) : 0;
+  if (q.epi == StreamEpi::SwiGLU && q.norm)
+    launch_stream_tc<MR, F16, StreamEpi::SwiGLU, true>(q, grid, stash, s);
+  else if (q.epi == StreamEpi::Store && q.norm)
+    launch_stream_tc<MR, F16, StreamEpi::Store, true>(q, grid, stash, s);
+  else if (q.epi == StreamEpi::Accumulate && !q.norm)
+    launch_stream_tc<MR, F16, StreamEpi::Accumulate, false>(q, grid, stash, s);
+  else if (q.epi == StreamEpi::Store && !q.norm)
+    launch_stream_tc<MR, F16, StreamEpi::Store, false>(q, grid, stash, s);
+  else
+    fail("[cuda] stream GEMV: this combination of norm and output is not built");
+}
+
+template <int MR>
+void run_stream_tc(const StreamGemv& q, Stream s, int sm_count) {
+  q.wt == Half::F16 ? run_stream_tc<MR, true>(q, s, sm_count) : run_stream_tc<MR, false>(q, s, sm_count);
+}
+
 // Checks and launches one stream GEMV (StreamGemv in detail.h).
 void run_stream(const StreamGemv& q, Stream s, int sm_count) {
   const bool swiglu = q.epi == StreamEpi::SwiGLU;
@@ -747,6 +1102,18 @@ void run_stream(const StreamGemv& q, Stream s, int sm_count) {
       (q.norm && (q.g == nullptr || !aligned16(q.g))))
     fail("[cuda] stream GEMV: M ", q.M, ", K ", q.K, ", N ", q.N, ", ldx ", q.ldx,
          " (M <= 8, K % 8 == 0 up to 18432, 16-byte aligned x, w and gain; SwiGLU: N % 2 == 0)");
+  static const bool fma = std::getenv("AUGUR_STREAM_FMA") != nullptr;  // DEV ONLY: A/B measurement
+  if (!fma) {
+    if (q.M == 1)
+      run_stream_tc<1>(q, s, sm_count);
+    else if (q.M == 2)
+      run_stream_tc<2>(q, s, sm_count);
+    else if (q.M <= 4)
+      run_stream_tc<4>(q, s, sm_count);
+    else
+      run_stream_tc<8>(q, s, sm_count);
+    return;
+  }
   if (q.M == 1)
     run_stream<1>(q, s, sm_count);
   else if (q.M == 2)
