@@ -509,7 +509,11 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
           for (int r = 0; r < R; ++r) unpack8<F16>(*reinterpret_cast<const uint4*>(st + r * KC), wf[r]);
 #pragma unroll
           for (int m = 0; m < MR; ++m) {
-            if (MR > 2 && m >= M) break;
+            // run_stream gives MR = 5 only M = 5 (and MR <= 2 only M = MR),
+            // so a verify step's rows of products run without a branch
+            // between them (rows past M would only add zeros' products,
+            // never stored).
+            if (MR != 5 && MR > 2 && m >= M) break;
 #pragma unroll
             for (int r = 0; r < R; ++r) dot8_into(acc[r][m], xr[c][m], wf[r]);
           }
