@@ -90,14 +90,10 @@ __global__ void split_x(const float* x, int M, int K, __nv_bfloat16* parts) {
   }
 }
 
-// FLY: x's parts are made by each lane from f32 x a stage ahead (x: [M][K]
-// f32, xp unused) instead of read from split_x's buffer: lane (g, t) of block
-// kb reads x[g][64 kb + 8t, +8) and x[g][64 kb + 32 + 8t, +8) and splits
-// them as split_x does, so the products are the same bits.
-template <int P, bool FLY>
+template <int P>
 __global__ void __launch_bounds__(kThreads, 1)
-    tc_skinny(const __nv_bfloat16* __restrict__ xp, const float* __restrict__ xf, int M, int K,
-              const __nv_bfloat16* __restrict__ w, int N, float* __restrict__ y, int slots) {
+    tc_skinny(const __nv_bfloat16* __restrict__ xp, int M, int K, const __nv_bfloat16* __restrict__ w, int N,
+                  float* __restrict__ y, int slots) {
   constexpr int R = 32, KC = 1024, kTiles = R / 16, kBlocks = KC / 64 / kConsumers;  // 64-column blocks a warp
   extern __shared__ __align__(128) unsigned char smem[];
   __nv_bfloat16* ring = reinterpret_cast<__nv_bfloat16*>(smem);
@@ -136,26 +132,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int bb = 0; bb < kBlocks; ++bb) {
       const int kb = c * (KC / 64) + warp * kBlocks + bb;
-      if constexpr (FLY) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-          if (g < M) v = __ldg(reinterpret_cast<const float4*>(xf + size_t(g) * K + kb * 64 + 32 * (j >> 1) + 8 * t +
-                                                               4 * (j & 1)));
+      for (int j = 0; j < 4; ++j)
 #pragma unroll
-          for (int p = 0; p < P; ++p) {
-            const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-            b[bb][j][p] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
-            v.x -= __low2float(lo), v.y -= __high2float(lo), v.z -= __low2float(hi), v.w -= __high2float(hi);
-          }
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-          for (int p = 0; p < P; ++p)
-            b[bb][j][p] = g < M ? __ldg(xw + ((size_t(p) * (K / 64) + kb) * 4 + j) * 32 + lane) : make_uint2(0u, 0u);
-      }
+        for (int p = 0; p < P; ++p)
+          b[bb][j][p] = g < M ? __ldg(xw + ((size_t(p) * (K / 64) + kb) * 4 + j) * 32 + lane) : make_uint2(0u, 0u);
     }
   };
   float acc[kTiles][4] = {};
@@ -223,19 +204,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <int P, bool FLY = false>
-void launch(const __nv_bfloat16* xp, const float* xf, int M, int K, const __nv_bfloat16* w, int N, float* y,
-            int sm_count, cudaStream_t s) {
+template <int P>
+void launch(const __nv_bfloat16* xp, int M, int K, const __nv_bfloat16* w, int N, float* y, int sm_count,
+            cudaStream_t s) {
   constexpr int R = 32, KC = 1024, slots = 3;
   const size_t smem = size_t(slots) * R * KC * 2 + 2 * slots * sizeof(uint64_t) + size_t(2 * kConsumers) * R * kMaxRows * 4;
   static bool granted = false;
   if (!granted) {
-    check(cudaFuncSetAttribute(tc_skinny<P, FLY>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+    check(cudaFuncSetAttribute(tc_skinny<P>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
           "smem attribute");
     granted = true;
   }
-  augur::cuda::launch("tc_skinny", tc_skinny<P, FLY>, dim3(unsigned(std::min(sm_count, N))), dim3(kThreads), smem, s,
-                      xp, xf, M, K, w, N, y, slots);
+  augur::cuda::launch("tc_skinny", tc_skinny<P>, dim3(unsigned(std::min(sm_count, N))), dim3(kThreads), smem, s, xp,
+                      M, K, w, N, y, slots);
 }
 
 uint16_t to_bf16(float f) {
@@ -277,23 +258,17 @@ void measure(const char* name, int N, int K, int sm_count, double copy_gbs) {
   // Rows 0, 3 and 6 of an 8-row product against each row alone, bit for bit.
   std::vector<float> y8(size_t(kMaxRows) * N), y1(N);
   split_x<P><<<split_blocks, 256, 0, s>>>(x, kMaxRows, K, xp);
-  launch<P>(xp, nullptr, kMaxRows, K, w, N, y, sm_count, s);
+  launch<P>(xp, kMaxRows, K, w, N, y, sm_count, s);
   check(cudaMemcpyAsync(y8.data(), y, y8.size() * 4, cudaMemcpyDeviceToHost, s), "download");
   check(cudaStreamSynchronize(s), "8 rows");
   bool equal = true;
   for (int m = 0; m < kMaxRows; m += 3) {
     split_x<P><<<split_blocks, 256, 0, s>>>(x + size_t(m) * K, 1, K, xp);
-    launch<P>(xp, nullptr, 1, K, w, N, y, sm_count, s);
+    launch<P>(xp, 1, K, w, N, y, sm_count, s);
     check(cudaMemcpyAsync(y1.data(), y, size_t(N) * 4, cudaMemcpyDeviceToHost, s), "download");
     check(cudaStreamSynchronize(s), "one row");
     equal = equal && std::memcmp(y1.data(), y8.data() + size_t(m) * N, size_t(N) * 4) == 0;
   }
-  // The lane-made parts (FLY) against split_x's, all 8 rows, bit for bit.
-  std::vector<float> yf(size_t(kMaxRows) * N);
-  launch<P, true>(nullptr, x, kMaxRows, K, w, N, y, sm_count, s);
-  check(cudaMemcpyAsync(yf.data(), y, yf.size() * 4, cudaMemcpyDeviceToHost, s), "download");
-  check(cudaStreamSynchronize(s), "8 rows, lane-made parts");
-  const bool fly_equal = std::memcmp(yf.data(), y8.data(), yf.size() * 4) == 0;
   // Error against f64, over sum |w x|; beside it, what x rounded to bf16 would give.
   double err = 0, err_bf16 = 0;
   for (int n = 0; n < N; n += std::max(1, N / 97))
@@ -308,23 +283,15 @@ void measure(const char* name, int N, int K, int sm_count, double copy_gbs) {
       err = std::max(err, std::fabs(y8[size_t(m) * N + n] - ref) / mag);
       err_bf16 = std::max(err_bf16, std::fabs(ref_bf16 - ref) / mag);
     }
-  std::printf("%-24s P %d: rows equal alone %s, lane-made parts equal %s, error %.1e (x as bf16: %.1e); us (%% of "
-              "copy), split_x's parts / lane-made:", name, P, equal ? "yes" : "NO", fly_equal ? "yes" : "NO", err,
-              err_bf16);
-  for (int form = 0; form < 8; ++form) {
-    constexpr int kMs[4] = {1, 2, 5, 8};
-    const int M = kMs[form / 2];
-    const bool fly = form % 2 == 1;
+  std::printf("%-24s P %d: rows equal alone %s, error %.1e (x as bf16: %.1e); us (%% of copy):", name, P,
+              equal ? "yes" : "NO", err, err_bf16);
+  for (int M : {1, 2, 5, 8}) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "capture");
-    for (int c = 0; c < copies; ++c) {
-      const auto* wc = reinterpret_cast<const __nv_bfloat16*>(reinterpret_cast<const char*>(w) + c * bytes);
-      if (fly)
-        launch<P, true>(nullptr, x, M, K, wc, N, y, sm_count, s);
-      else
-        launch<P>(xp, nullptr, M, K, wc, N, y, sm_count, s);
-    }
+    for (int c = 0; c < copies; ++c)
+      launch<P>(xp, M, K, reinterpret_cast<const __nv_bfloat16*>(reinterpret_cast<const char*>(w) + c * bytes),
+                       N, y, sm_count, s);
     check(cudaStreamEndCapture(s, &graph), "capture");
     check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
     cudaEvent_t e0, e1;
@@ -339,10 +306,7 @@ void measure(const char* name, int N, int K, int sm_count, double copy_gbs) {
     float ms = 0;
     check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
     const double us = ms * 1e3 / (kReps * copies), gbs = double(bytes) / (us * 1e-6) / 1e9;
-    if (fly)
-      std::printf(" / %.1f (%.1f%%)", us, 100.0 * gbs / copy_gbs);
-    else
-      std::printf("  M=%d %.1f (%.1f%%)", M, us, 100.0 * gbs / copy_gbs);
+    std::printf("  M=%d %.1f (%.1f%%)", M, us, 100.0 * gbs / copy_gbs);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     cudaGraphExecDestroy(exec);
