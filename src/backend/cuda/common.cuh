@@ -98,7 +98,6 @@ struct Context {
   DeviceBuffer splitk_partials;     // kSplitKPartialBytes: skinny-GEMM split-K partial sums
   DeviceBuffer splitk_counters;     // kSplitKCounters int32, zero between launches
   DeviceBuffer attn_counters;       // kAttnCounters int32: flash-decoding split counters, zero between launches
-  DeviceBuffer tail_counters;       // kTailCounters int32: block_tail's grid barriers (gemv.cu), zero between launches
   DeviceBuffer x_bf16;              // grows: bf16 copy of x for cuBLASLt
   DeviceBuffer delta_rule;          // grows: gated_delta_rule_chunked's scratch
 
@@ -109,7 +108,6 @@ struct Context {
   static constexpr size_t kSplitKPartialBytes = size_t(8) << 20;
   static constexpr int kSplitKCounters = 8192;
   static constexpr int kAttnCounters = 8192;
-  static constexpr int kTailCounters = 4;
 };
 
 // ---- programmatic dependent launch (Hopper) ---------------------------------

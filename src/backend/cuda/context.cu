@@ -58,8 +58,6 @@ Context::Context() {
   AUGUR_CUDA(cudaMemsetAsync(splitk_counters.get(), 0, splitk_counters.bytes(), stream));
   attn_counters = DeviceBuffer(size_t(kAttnCounters) * sizeof(int32_t));
   AUGUR_CUDA(cudaMemsetAsync(attn_counters.get(), 0, attn_counters.bytes(), stream));
-  tail_counters = DeviceBuffer(size_t(kTailCounters) * sizeof(int32_t));
-  AUGUR_CUDA(cudaMemsetAsync(tail_counters.get(), 0, tail_counters.bytes(), stream));
   AUGUR_CUDA(cudaStreamSynchronize(stream));
 }
 

@@ -11,12 +11,11 @@ namespace augur::cuda::detail {
 
 // Reference modes for tests (tests/cuda): every matmul on f32 products (the
 // skinny or generic kernel, slow), every attention through the scalar
-// flash-decoding kernel (f32 Q and P), block_tail as separate launches. Off by default; set before the work is
+// flash-decoding kernel (f32 Q and P). Off by default; set before the work is
 // queued.
 struct Precision {
   bool exact_matmul = false;
   bool decode_attention = false;
-  bool separate_tail = false;  // block_tail as four stream GEMV launches (its one-launch form's reference)
 };
 Precision& precision();
 

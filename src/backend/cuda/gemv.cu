@@ -271,101 +271,83 @@ __device__ __forceinline__ void group_warp_sums(const float (&acc)[R][MR], float
   }
 }
 
-// A block's share of one stream GEMV: units u(i) = blk + G * i, i <
-// n_units (rows, or for SwiGLU output columns). Group g (GR units' rows) of
-// phase p = g / n_phase (SwiGLU: 0 gate rows, 1 up rows) covers units
-// q = g % n_phase; the (group, chunk) steps take H = GR / R stages each.
-template <bool SW, int GR>
-struct StreamShare {
-  int G, blk, F, n_units, n_phase, n_chunks, n_groups, n_steps;
-  __device__ __forceinline__ StreamShare(int K, int N) : G(int(gridDim.x)), blk(int(blockIdx.x)), F(N / 2) {
-    const int units = SW ? F : N;
-    n_units = (units - blk + G - 1) / G;
-    n_phase = (n_units + GR - 1) / GR;
-    n_chunks = (K + kStreamK - 1) / kStreamK;
-    n_groups = SW ? 2 * n_phase : n_phase;
-    n_steps = n_groups * n_chunks;
-  }
-  __device__ __forceinline__ int64_t unit_of(int i) const { return int64_t(blk) + int64_t(G) * i; }
-  __device__ __forceinline__ int group_unit(int g) const { return (SW && g >= n_phase ? g - n_phase : g) * GR; }
-  __device__ __forceinline__ int64_t row_of(int g, int r) const {
-    const int64_t row = unit_of(group_unit(g) + r);
-    return SW && g >= n_phase ? F + row : row;
-  }
-};
-
-// The producer (one thread; weights only, so it never waits for an earlier
-// kernel): the GEMV's stages into the ring. i0 stages went through the ring
-// before (block_tail's fused kernel streams its GEMVs through one ring), so
-// its stage i takes slot (i0 + i) % slots. Stage i: step j = i / H, its rows
-// h * R.. of the group (none past a short group's end: the stage then only
-// completes its phase). Returns the stages issued.
-template <int R, int GR, bool SW>
-__device__ __forceinline__ int stream_produce(const uint16_t* __restrict__ w, int K, int N, uint16_t* ring,
-                                              uint64_t* full, uint64_t* empty, int slots, int i0) {
-  constexpr int H = GR / R, KC = kStreamK;
-  const StreamShare<SW, GR> s(K, N);
-  for (int i = 0; i < s.n_steps * H; ++i) {
-    const int n = i0 + i, slot = n % slots;
-    if (n >= slots) mbar_wait(&empty[slot], uint32_t(n / slots - 1) & 1u);
-    const int j = i / H, h = i % H, g = j / s.n_chunks, k0 = j % s.n_chunks * KC;
-    const int rows = max(0, min(R, s.n_units - s.group_unit(g) - h * R)), len = min(KC, K - k0);
-    mbar_arrive_expect_tx(&full[slot], uint32_t(rows * len) * 2u);
-    for (int r = 0; r < rows; ++r)
-      bulk_copy_g2s(ring + (size_t(slot) * R + r) * KC, w + s.row_of(g, h * R + r) * K + k0, uint32_t(len) * 2u,
-                    &full[slot]);
-  }
-  return s.n_steps * H;
-}
-
-// The shared memory a consumer thread uses besides the ring.
-struct StreamSmem {
-  uint16_t* ring;
-  uint64_t *full, *empty;
-  float *xs, *gs, *red;  // xs, gs: the wide form's staged x and gain; red: sums, norms, stash
-  int slots;
-};
-
-// The consumers (kStreamConsumers warps, named barrier 1): the products and
-// the fused ends of one GEMV, reading the ring from stage (slot, phase) on
-// and leaving those at the stage after its last. COHERENT: x and y's old
-// values are read through L2 (ld.global.cg), not the read-only path, because
-// another block of the same kernel wrote them (block_tail's fused kernel,
-// after its grid barrier).
-template <int MR, int MAXC, bool F16, StreamEpi EPI, bool NORM, bool COHERENT = false>
-__device__ __forceinline__ void stream_consume(const float* __restrict__ x, int M, int K, int64_t ldx, int N,
-                                               float* __restrict__ y, int64_t ldy, const StreamSmem& sm,
-                                               bool release_at_once, const float* __restrict__ g_norm, float eps,
-                                               float* __restrict__ y2, int xbufs, int& slot, uint32_t& phase) {
+// The fused ends are template parameters and plain arguments, not a struct
+// of runtime choices: that form made the plain GEMV measurably slower.
+// release_at_once is always true; it stays a run-time argument because with
+// the choice compiled in (or the branch removed) ptxas schedules the consumer
+// loop so that the K <= 4096 instantiations stream 10-18% slower. Either
+// branch is correct.
+template <int MR, int MAXC, bool F16, StreamEpi EPI, bool NORM>
+__global__ void __launch_bounds__(kStreamThreads, 1)
+    stream_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
+                  float* __restrict__ y, int64_t ldy, int slots, bool release_at_once,
+                  const float* __restrict__ g_norm, float eps, float* __restrict__ y2, int xbufs) {
   constexpr bool swiglu = EPI == StreamEpi::SwiGLU;
+  extern __shared__ __align__(128) unsigned char smem[];
   // MAXC: the most chunks of K; 1 means x is read from shared memory each
   // stage (run_stream's choice, stream_x_in_registers), more that it is held
   // in registers.
   constexpr bool kXReg = MAXC > 1;
   // R rows a stage, GR = H * R rows a group.
   constexpr int R = stream_rows(kXReg), GR = stream_group_rows(kXReg, MR), H = GR / R, KC = kStreamK;
-  const StreamShare<swiglu, GR> share(K, N);
-  const int n_units = share.n_units, n_phase = share.n_phase, n_chunks = share.n_chunks;
-  const int n_groups = share.n_groups, n_steps = share.n_steps;
-  auto unit_of = [&](int i) { return share.unit_of(i); };
-  auto group_unit = [&](int g) { return share.group_unit(g); };
-  uint16_t* ring = sm.ring;
-  uint64_t* full = sm.full;
-  uint64_t* empty = sm.empty;
-  float* xs = sm.xs;
-  float* gs = sm.gs;
-  const int slots = sm.slots;
+  uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
+  // M > 2: x (and the norm's gain) staged by each consumer thread for its
+  // own columns, xbufs chunks: [xbufs][M][KC] f32, then (NORM) [xbufs][KC].
+  float* xs = reinterpret_cast<float*>(smem + size_t(slots) * R * KC * sizeof(uint16_t));
+  float* gs = xs + size_t(xbufs) * M * KC;
+  uint64_t* full = reinterpret_cast<uint64_t*>(gs + (NORM ? size_t(xbufs) * KC : 0));
+  uint64_t* empty = full + slots;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  // This block's units: u(i) = blk + G * i, i < n_units: rows, or for
+  // SwiGLU output columns. Group g (R units' rows) of phase p = g / n_phase
+  // (SwiGLU: 0 gate rows, 1 up rows) covers units q = g % n_phase.
+  const int G = int(gridDim.x), blk = int(blockIdx.x);
+  const int F = N / 2, units = swiglu ? F : N;
+  const int n_units = (units - blk + G - 1) / G;
+  auto unit_of = [&](int i) { return int64_t(blk) + int64_t(G) * i; };
+  const int n_phase = (n_units + GR - 1) / GR;
+  const int n_chunks = (K + KC - 1) / KC;
+  const int n_groups = swiglu ? 2 * n_phase : n_phase;
+  const int n_steps = n_groups * n_chunks;  // (group, chunk) steps, H stages each
+  auto group_unit = [&](int g) { return (swiglu && g >= n_phase ? g - n_phase : g) * GR; };  // its first unit
+  auto row_of = [&](int g, int r) {
+    const int64_t row = unit_of(group_unit(g) + r);
+    return swiglu && g >= n_phase ? F + row : row;
+  };
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < slots; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], kStreamConsumers * 32);
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (warp == kStreamConsumers) {  // the producer: weights only, so no PDL wait
+    if (lane != 0) return;
+    // Stage i: step j = i / H, its rows h * R.. of the group (none past a
+    // short group's end: the stage then only completes its phase).
+    for (int i = 0; i < n_steps * H; ++i) {
+      const int slot = i % slots;
+      if (i >= slots) mbar_wait(&empty[slot], uint32_t(i / slots - 1) & 1u);
+      const int j = i / H, h = i % H, g = j / n_chunks, k0 = j % n_chunks * KC;
+      const int rows = max(0, min(R, n_units - group_unit(g) - h * R)), len = min(KC, K - k0);
+      mbar_arrive_expect_tx(&full[slot], uint32_t(rows * len) * 2u);
+      for (int r = 0; r < rows; ++r)
+        bulk_copy_g2s(ring + (size_t(slot) * R + r) * KC, w + row_of(g, h * R + r) * K + k0, uint32_t(len) * 2u,
+                      &full[slot]);
+    }
+    return;
+  }
+
+  pdl_wait();
+  pdl_launch_dependents();
   const int kt = threadIdx.x * 8;  // this thread's columns of a chunk
-  float* red = sm.red;
+  float* red = reinterpret_cast<float*>(empty + slots);
   // This thread's 8 columns of chunk c of row m of x (zeros past K).
   auto load_x = [&](int c, int m, float (&v)[8]) {
     const int k = c * KC + kt;
     float4 a = make_float4(0.f, 0.f, 0.f, 0.f), b = a;
     if (m < M && k < K) {
-      const float4* p = reinterpret_cast<const float4*>(x + m * ldx + k);
-      a = COHERENT ? __ldcg(p) : __ldg(p);
-      b = COHERENT ? __ldcg(p + 1) : __ldg(p + 1);
+      a = __ldg(reinterpret_cast<const float4*>(x + m * ldx + k));
+      b = __ldg(reinterpret_cast<const float4*>(x + m * ldx + k + 4));
     }
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
   };
@@ -480,6 +462,8 @@ __device__ __forceinline__ void stream_consume(const float* __restrict__ x, int 
     }
   }
   float* stash = red + 2 * kStreamConsumers * GR * MR + kStreamConsumers * MR;  // SwiGLU: [n_units][MR]
+  int slot = 0;
+  uint32_t phase = 0;
   for (int g = 0; g < n_groups; ++g) {
     const int u0 = group_unit(g), rows = min(GR, n_units - u0);
     // Output o = r * MR + m of the group (GR * MR <= 80) is added up by
@@ -496,10 +480,7 @@ __device__ __forceinline__ void stream_consume(const float* __restrict__ x, int 
     float* old_s = stash;  // kOldInSmem: [GR * MR]
     float old = 0.f;
     if constexpr (EPI == StreamEpi::Accumulate && !kOldInSmem)
-      if (out_mine) {
-        const float* p = y + int64_t(m_mine) * ldy + unit_of(u0 + r_mine);
-        old = COHERENT ? __ldcg(p) : *p;
-      }
+      if (out_mine) old = y[int64_t(m_mine) * ldy + unit_of(u0 + r_mine)];
     float acc[GR][MR];
 #pragma unroll
     for (int r = 0; r < GR; ++r)
@@ -631,160 +612,6 @@ __device__ __forceinline__ void stream_consume(const float* __restrict__ x, int 
     }
   }
 }
-
-
-// The fused ends are template parameters and plain arguments, not a struct
-// of runtime choices: that form made the plain GEMV measurably slower.
-// release_at_once is always true; it stays a run-time argument because with
-// the choice compiled in (or the branch removed) ptxas schedules the consumer
-// loop so that the K <= 4096 instantiations stream 10-18% slower. Either
-// branch is correct.
-template <int MR, int MAXC, bool F16, StreamEpi EPI, bool NORM>
-__global__ void __launch_bounds__(kStreamThreads, 1)
-    stream_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
-                  float* __restrict__ y, int64_t ldy, int slots, bool release_at_once,
-                  const float* __restrict__ g_norm, float eps, float* __restrict__ y2, int xbufs) {
-  constexpr bool kXReg = MAXC > 1;
-  constexpr int R = stream_rows(kXReg), GR = stream_group_rows(kXReg, MR);
-  extern __shared__ __align__(128) unsigned char smem[];
-  uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
-  // M > 2: x (and the norm's gain) staged by each consumer thread for its
-  // own columns, xbufs chunks: [xbufs][M][KC] f32, then (NORM) [xbufs][KC].
-  float* xs = reinterpret_cast<float*>(smem + size_t(slots) * R * kStreamK * sizeof(uint16_t));
-  float* gs = xs + size_t(xbufs) * M * kStreamK;
-  uint64_t* full = reinterpret_cast<uint64_t*>(gs + (NORM ? size_t(xbufs) * kStreamK : 0));
-  uint64_t* empty = full + slots;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < slots; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], kStreamConsumers * 32);
-    mbar_init_fence();
-  }
-  __syncthreads();
-  if (warp == kStreamConsumers) {
-    if (lane == 0) stream_produce<R, GR, EPI == StreamEpi::SwiGLU>(w, K, N, ring, full, empty, slots, 0);
-    return;
-  }
-  pdl_wait();
-  pdl_launch_dependents();
-  const StreamSmem sm{ring, full, empty, xs, gs, reinterpret_cast<float*>(empty + slots), slots};
-  int slot = 0;
-  uint32_t phase = 0;
-  stream_consume<MR, MAXC, F16, EPI, NORM>(x, M, K, ldx, N, y, ldy, sm, release_at_once, g_norm, eps, y2, xbufs,
-                                           slot, phase);
-}
-
-// ---- block_tail in one launch (batch-1 decode) ------------------------------
-// block_tail's four stream GEMVs (o, gate/up, down, the next projection) as
-// phases of one kernel, one block an SM, their stages streamed through one
-// ring by one producer that runs on across phases (weights depend on
-// nothing). As four launches each GEMV starts from an empty ring and ends
-// with SMs idle while the last blocks finish: 1.3-2.5 us a GEMV on a small
-// model, whose layer streams in ~50 us on an H200. Here the ring fills with
-// the next phase's weights while the consumers finish a phase and wait at a
-// grid barrier for every block's outputs of it (the next phase's x). Each
-// phase is stream_consume, the separate kernel's arithmetic, so every output
-// is bit-equal to the four launches'.
-// The barrier needs every block resident at once: a grid of one block an SM
-// (their shared memory allows no second), and the next kernel is let in
-// (PDL) only in the last phase, once every block has arrived at a barrier.
-struct TailArgs {
-  const float* a;  // [Ka]
-  int Ka, D, F, n_next;
-  const uint16_t *w_out, *gate_up, *down, *w_next;
-  float* x;  // [D], the residual
-  const float* g;
-  float eps;
-  float *act, *out;  // [F], [D]
-  const float* g_next;
-  float* y_next;  // [n_next]
-  int* counters;  // [kTailPhases] blocks done with each phase; zero between launches
-};
-constexpr int kTailPhases = 4;
-
-// Consumer threads only (named barrier 1). After every consumer's writes of
-// the phase: one thread makes them visible at GPU scope, then arrives.
-// Returns the arrivals before it (thread 0), for the last phase's reset.
-__device__ __forceinline__ int tail_arrive(int* counter) {
-  asm volatile("bar.sync 1, %0;" ::"n"(kStreamConsumers * 32) : "memory");
-  int before = 0;
-  if (threadIdx.x == 0)  // release: orders the CTA's writes (seen through bar.sync) before the add
-    asm volatile("atom.add.release.gpu.global.s32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
-  return before;
-}
-__device__ __forceinline__ void tail_wait(const int* counter, int blocks) {
-  if (threadIdx.x == 0 && blocks > 0) {  // DEV-ONLY blocks > 0
-    int seen = 0;
-    do {
-      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(seen) : "l"(counter) : "memory");
-    } while (seen < blocks);
-  }
-  asm volatile("bar.sync 1, %0;" ::"n"(kStreamConsumers * 32) : "memory");
-}
-
-// MAXA: the most chunks of K of the o, gate/up and next GEMVs (Ka and D),
-// MAXF of down's (F). release_at_once: as stream_kernel's (always true).
-template <int MAXA, int MAXF, bool F16>
-__global__ void __launch_bounds__(kStreamThreads, 1) tail_kernel(const TailArgs t, int slots, bool release_at_once, bool dev_nobar) {
-  using E = StreamEpi;
-  constexpr int R = kStreamRows;
-  extern __shared__ __align__(128) unsigned char smem[];
-  uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(slots) * R * kStreamK * sizeof(uint16_t));
-  uint64_t* empty = full + slots;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const bool next = t.n_next > 0;
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < slots; ++i) mbar_init(&full[i], 1), mbar_init(&empty[i], kStreamConsumers * 32);
-    mbar_init_fence();
-  }
-  __syncthreads();
-  if (warp == kStreamConsumers) {
-    if (lane == 0) {
-      int i = stream_produce<R, R, false>(t.w_out, t.Ka, t.D, ring, full, empty, slots, 0);
-      i += stream_produce<R, R, true>(t.gate_up, t.D, 2 * t.F, ring, full, empty, slots, i);
-      i += stream_produce<R, R, false>(t.down, t.F, t.D, ring, full, empty, slots, i);
-      if (next) stream_produce<R, R, false>(t.w_next, t.D, t.n_next, ring, full, empty, slots, i);
-    }
-    return;
-  }
-  const StreamSmem sm{ring, full, empty, nullptr, nullptr, reinterpret_cast<float*>(empty + slots), slots};
-  const int G = int(gridDim.x), GW = dev_nobar ? 0 : G;  // DEV-ONLY GW
-  int slot = 0;
-  uint32_t phase = 0;
-  pdl_wait();  // a: the attention's output
-  // x += a · w_outᵀ
-  stream_consume<1, MAXA, F16, E::Accumulate, false, true>(t.a, 1, t.Ka, t.Ka, t.D, t.x, t.D, sm, release_at_once,
-                                                            nullptr, 0.f, nullptr, 0, slot, phase);
-  tail_arrive(&t.counters[0]);
-  tail_wait(&t.counters[0], GW);
-  // act = swiglu(gate_up · rms_norm(x) * g)
-  stream_consume<1, MAXA, F16, E::SwiGLU, true, true>(t.x, 1, t.D, t.D, 2 * t.F, t.act, t.F, sm, release_at_once,
-                                                       t.g, t.eps, nullptr, 0, slot, phase);
-  tail_arrive(&t.counters[1]);
-  tail_wait(&t.counters[1], GW);
-  int last = 2;
-  if (next) {
-    // out = act · downᵀ; x += out
-    stream_consume<1, MAXF, F16, E::Accumulate, false, true>(t.act, 1, t.F, t.F, t.D, t.x, t.D, sm,
-                                                              release_at_once, nullptr, 0.f, t.out, 0, slot, phase);
-    tail_arrive(&t.counters[2]);
-    tail_wait(&t.counters[2], GW);
-    pdl_launch_dependents();  // every block is resident (it arrived)
-    // y_next = w_next · rms_norm(x) * g_next
-    stream_consume<1, MAXA, F16, E::Store, true, true>(t.x, 1, t.D, t.D, t.n_next, t.y_next, t.n_next, sm,
-                                                        release_at_once, t.g_next, t.eps, nullptr, 0, slot, phase);
-    last = 3;
-  } else {
-    pdl_launch_dependents();
-    stream_consume<1, MAXF, F16, E::Store, false, true>(t.act, 1, t.F, t.F, t.D, t.out, t.D, sm, release_at_once,
-                                                         nullptr, 0.f, nullptr, 0, slot, phase);
-  }
-  // The last block to finish has seen every block pass every barrier:
-  // it leaves the counters at zero for the next launch or graph replay.
-  if (tail_arrive(&t.counters[last]) == G - 1 && threadIdx.x == 0)
-    for (int p = 0; p < kTailPhases; ++p) t.counters[p] = 0;
-}
-
 
 // Any shape: one warp per (column n, group of 16 rows of x). Odd K, unaligned
 // x or w, and shapes cuBLASLt refuses.
@@ -1046,78 +873,6 @@ bool block_tail_fits(int64_t M, int64_t Ka, int64_t D, int64_t F, int64_t n_next
          detail::stream_gemv_fits(M, F, D) && (n_next == 0 || detail::stream_gemv_fits(M, D, n_next));
 }
 
-namespace {
-
-// tail_kernel's ring: with its header it leaves room an SM for the
-// decode attention's blocks (80 KB at head_dim 128), so that they become
-// resident beside it and load their first keys while the last phase
-// streams, and its blocks beside the attention's, streaming w_out while the
-// attention runs (see block_tail below).
-constexpr int kTailRingKb = 144;
-
-template <int MAXA, int MAXF, bool F16>
-void launch_tail(const TailArgs& a, int slots, size_t smem, int grid, Stream s) {
-  auto kernel = tail_kernel<MAXA, MAXF, F16>;
-  static size_t granted = 0;  // per instantiation
-  if (smem > granted) {
-    AUGUR_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    int per_sm = 0;
-    AUGUR_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kStreamThreads, smem));
-    if (per_sm < 1) fail("[cuda] block_tail: its one-launch kernel does not fit an SM");
-    granted = smem;
-  }
-  static const bool nobar = std::getenv("AUGUR_TAIL_NOBAR") != nullptr;  // DEV-ONLY
-  launch("stream_tail", kernel, dim3(unsigned(grid)), dim3(kStreamThreads), smem, s, a, slots, true, nobar);
-}
-
-template <int MAXA, bool F16>
-void launch_tail(const TailArgs& a, int64_t f_chunks, int slots, size_t smem, int grid, Stream s) {
-  if (f_chunks <= 2) return launch_tail<MAXA, 2, F16>(a, slots, smem, grid, s);
-  if (f_chunks <= 3) return launch_tail<MAXA, 3, F16>(a, slots, smem, grid, s);
-  if (f_chunks <= 6) return launch_tail<MAXA, 6, F16>(a, slots, smem, grid, s);
-  launch_tail<MAXA, kStreamMaxChunks, F16>(a, slots, smem, grid, s);
-}
-
-// block_tail in one launch where it applies: one row (x in registers in
-// every phase), Ka and D of at most three chunks, the four matrices of one
-// 16-bit type (each combination is a kernel of its own), aligned operands.
-bool run_tail(const BlockTail& t, Stream s) {
-  const bool next = t.n_next > 0;
-  const int64_t a_chunks = ceil_div(std::max(t.Ka, t.D), int64_t(kStreamK)), f_chunks = ceil_div(t.F, int64_t(kStreamK));
-  const Half ty = t.w_out_t;
-  static const bool dev_off = std::getenv("AUGUR_TAIL_DEV_OFF") != nullptr;  // DEV-ONLY
-  if (dev_off) return false;  // DEV-ONLY
-  if (t.M != 1 || detail::precision().separate_tail || a_chunks > 3 || t.gate_up_t != ty || t.down_t != ty ||
-      (next && t.w_next_t != ty))
-    return false;
-  if (!aligned16(t.a) || !aligned16(t.x) || !aligned16(t.act) || !aligned16(t.g) || !aligned16(t.w_out) ||
-      !aligned16(t.gate_up) || !aligned16(t.down) || (next && (!aligned16(t.w_next) || !aligned16(t.g_next))))
-    return false;
-  const int grid = context().sm_count;
-  const int stash = int(ceil_div(t.F, int64_t(grid)));  // SwiGLU's gate sums, a block's units
-  const size_t stage = stream_stage_bytes(kStreamRows);
-  static const int dev_kb = std::getenv("AUGUR_TAIL_RING_KB") ? std::atoi(std::getenv("AUGUR_TAIL_RING_KB")) : kTailRingKb;  // DEV-ONLY
-  int slots = int(size_t(dev_kb) * 1024 / stage);
-  while (slots > 2 && slots * stage + stream_header_bytes<1>(kStreamRows, slots, stash) > size_t(kStreamMaxSmem))
-    --slots;
-  const size_t smem = slots * stage + stream_header_bytes<1>(kStreamRows, slots, stash);
-  if (smem > size_t(kStreamMaxSmem)) return false;
-  TailArgs a{};
-  a.a = t.a, a.Ka = int(t.Ka), a.D = int(t.D), a.F = int(t.F), a.n_next = int(t.n_next);
-  a.w_out = reinterpret_cast<const uint16_t*>(t.w_out), a.gate_up = reinterpret_cast<const uint16_t*>(t.gate_up);
-  a.down = reinterpret_cast<const uint16_t*>(t.down), a.w_next = reinterpret_cast<const uint16_t*>(t.w_next);
-  a.x = t.x, a.g = t.g, a.eps = t.eps, a.act = t.act, a.out = t.out, a.g_next = t.g_next, a.y_next = t.y_next;
-  a.counters = static_cast<int*>(context().tail_counters.get());
-  const bool f16 = ty == Half::F16;
-  if (a_chunks <= 2)
-    f16 ? launch_tail<2, true>(a, f_chunks, slots, smem, grid, s) : launch_tail<2, false>(a, f_chunks, slots, smem, grid, s);
-  else
-    f16 ? launch_tail<3, true>(a, f_chunks, slots, smem, grid, s) : launch_tail<3, false>(a, f_chunks, slots, smem, grid, s);
-  return true;
-}
-
-}  // namespace
-
 // Four stream GEMVs, each end fused:
 //   x += a · w_outᵀ                          (Accumulate)
 //   act = swiglu(gate_up · rms_norm(x) * g)   (norm in, SwiGLU out)
@@ -1135,7 +890,6 @@ void block_tail(const BlockTail& t, Stream s) {
   if (!block_tail_fits(t.M, t.Ka, t.D, t.F, t.n_next))
     fail("[cuda] block_tail: M ", t.M, ", K ", t.Ka, ", D ", t.D, ", F ", t.F, ", next ", t.n_next,
          " do not fit the stream GEMV");
-  if (run_tail(t, s)) return;
   using detail::StreamEpi;
   const bool next = t.n_next > 0;
   detail::StreamGemv o;
@@ -1165,4 +919,3 @@ void block_tail(const BlockTail& t, Stream s) {
 }
 
 }  // namespace augur::cuda
-
