@@ -17,7 +17,6 @@
 // arrive (a counter per tile) sums the S partials in order: one launch,
 // deterministic, counters left at zero for the next launch or graph replay.
 #include <algorithm>
-#include <cstdlib>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/detail.h"
@@ -282,7 +281,7 @@ template <int MR, int MAXC, bool F16, StreamEpi EPI, bool NORM>
 __global__ void __launch_bounds__(kStreamThreads, 1)
     stream_kernel(const float* __restrict__ x, int M, int K, int64_t ldx, const uint16_t* __restrict__ w, int N,
                   float* __restrict__ y, int64_t ldy, int slots, bool release_at_once,
-                  const float* __restrict__ g_norm, float eps, float* __restrict__ y2, int xbufs, int xp, int sc) {
+                  const float* __restrict__ g_norm, float eps, float* __restrict__ y2, int xbufs) {
   constexpr bool swiglu = EPI == StreamEpi::SwiGLU;
   extern __shared__ __align__(128) unsigned char smem[];
   // MAXC: the most chunks of K; 1 means x is read from shared memory each
@@ -292,10 +291,9 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   // R rows a stage, GR = H * R rows a group.
   constexpr int R = stream_rows(kXReg), GR = stream_group_rows(kXReg, MR), H = GR / R, KC = kStreamK;
   uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
-  const int P = sc * KC;  // a stage row's pitch: sc chunks of the row
   // M > 2: x (and the norm's gain) staged by each consumer thread for its
   // own columns, xbufs chunks: [xbufs][M][KC] f32, then (NORM) [xbufs][KC].
-  float* xs = reinterpret_cast<float*>(smem + size_t(slots) * R * P * sizeof(uint16_t));
+  float* xs = reinterpret_cast<float*>(smem + size_t(slots) * R * KC * sizeof(uint16_t));
   float* gs = xs + size_t(xbufs) * M * KC;
   uint64_t* full = reinterpret_cast<uint64_t*>(gs + (NORM ? size_t(xbufs) * KC : 0));
   uint64_t* empty = full + slots;
@@ -310,9 +308,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   const int n_phase = (n_units + GR - 1) / GR;
   const int n_chunks = (K + KC - 1) / KC;
   const int n_groups = swiglu ? 2 * n_phase : n_phase;
-  const int n_cs = (n_chunks + sc - 1) / sc;  // stages' chunk spans a group
   const int n_steps = n_groups * n_chunks;  // (group, chunk) steps, H stages each
-  const int n_pstages = n_groups * n_cs * H;
   auto group_unit = [&](int g) { return (swiglu && g >= n_phase ? g - n_phase : g) * GR; };  // its first unit
   auto row_of = [&](int g, int r) {
     const int64_t row = unit_of(group_unit(g) + r);
@@ -325,31 +321,17 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   __syncthreads();
 
   if (warp == kStreamConsumers) {  // the producer: weights only, so no PDL wait
-    if (xp & 1) {
-      for (int i = 0; i < n_pstages; ++i) {
-        const int slot = i % slots;
-        if (i >= slots && ((xp & 4) == 0 || lane == 0)) mbar_wait(&empty[slot], uint32_t(i / slots - 1) & 1u);
-        const int j = i / H, h = i % H, g = j / n_cs, k0 = j % n_cs * P;
-        const int rows = max(0, min(R, n_units - group_unit(g) - h * R)), len = min(P, K - k0);
-        if (lane == 0) mbar_arrive_expect_tx(&full[slot], uint32_t(rows * len) * 2u);
-        __syncwarp();
-        if (lane < rows)
-          bulk_copy_g2s(ring + (size_t(slot) * R + lane) * P, w + row_of(g, h * R + lane) * K + k0,
-                        uint32_t(len) * 2u, &full[slot]);
-      }
-      return;
-    }
     if (lane != 0) return;
     // Stage i: step j = i / H, its rows h * R.. of the group (none past a
     // short group's end: the stage then only completes its phase).
-    for (int i = 0; i < n_pstages; ++i) {
+    for (int i = 0; i < n_steps * H; ++i) {
       const int slot = i % slots;
       if (i >= slots) mbar_wait(&empty[slot], uint32_t(i / slots - 1) & 1u);
-      const int j = i / H, h = i % H, g = j / n_cs, k0 = j % n_cs * P;
-      const int rows = max(0, min(R, n_units - group_unit(g) - h * R)), len = min(P, K - k0);
+      const int j = i / H, h = i % H, g = j / n_chunks, k0 = j % n_chunks * KC;
+      const int rows = max(0, min(R, n_units - group_unit(g) - h * R)), len = min(KC, K - k0);
       mbar_arrive_expect_tx(&full[slot], uint32_t(rows * len) * 2u);
       for (int r = 0; r < rows; ++r)
-        bulk_copy_g2s(ring + (size_t(slot) * R + r) * P, w + row_of(g, h * R + r) * K + k0, uint32_t(len) * 2u,
+        bulk_copy_g2s(ring + (size_t(slot) * R + r) * KC, w + row_of(g, h * R + r) * K + k0, uint32_t(len) * 2u,
                       &full[slot]);
     }
     return;
@@ -519,13 +501,12 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
 #pragma unroll
       for (int c = 0; c < MAXC; ++c) {
         if (c >= n_chunks) break;
-        const bool first = sc == 1 || (c & 1) == 0, last = sc == 1 || (c & 1) == 1 || c == n_chunks - 1;
-        if (first) mbar_wait(&full[slot], phase);
+        mbar_wait(&full[slot], phase);
         if (c * KC + kt < K) {
-          const uint16_t* st = ring + size_t(slot) * R * P + (sc == 1 ? 0 : (c & 1) * KC) + kt;
+          const uint16_t* st = ring + size_t(slot) * R * KC + kt;
           float wf[R][8];
 #pragma unroll
-          for (int r = 0; r < R; ++r) unpack8<F16>(*reinterpret_cast<const uint4*>(st + r * P), wf[r]);
+          for (int r = 0; r < R; ++r) unpack8<F16>(*reinterpret_cast<const uint4*>(st + r * KC), wf[r]);
 #pragma unroll
           for (int m = 0; m < MR; ++m) {
             // run_stream gives MR = 5 only M = 5 (and MR <= 2 only M = MR),
@@ -537,7 +518,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
             for (int r = 0; r < R; ++r) dot8_into(acc[r][m], xr[c][m], wf[r]);
           }
         }
-        if (last) release();
+        release();
       }
     } else {
       for (int c = 0; c < n_chunks; ++c) {
@@ -674,12 +655,7 @@ struct StreamLaunch {
   int slots, grid;
   int stash_units;  // SwiGLU: the most units (output columns) a block takes
   int xbufs;        // M > 2: chunks of x staged in shared memory (0: x in registers)
-  int sc;           // chunks a stage
 };
-int stream_xp() {
-  const char* e = std::getenv("AUGUR_STREAM_XP");
-  return e ? std::atoi(e) : 0;
-}
 
 // M > 2: the bytes of x (and the norm's gain) staged in shared memory.
 size_t stream_x_bytes(const StreamGemv& q, int xbufs) {
@@ -689,7 +665,7 @@ size_t stream_x_bytes(const StreamGemv& q, int xbufs) {
 template <int MR, int MAXC, bool F16, StreamEpi EPI, bool NORM>
 void launch_stream(const StreamLaunch& l, Stream s) {
   constexpr int rows = stream_rows(MAXC > 1);
-  const size_t smem = size_t(l.slots) * stream_stage_bytes(rows) * l.sc + stream_x_bytes(l.q, l.xbufs) +
+  const size_t smem = size_t(l.slots) * stream_stage_bytes(rows) + stream_x_bytes(l.q, l.xbufs) +
                      stream_header_bytes<MR>(stream_group_rows(MAXC > 1, MR), l.slots, l.stash_units);
   auto kernel = stream_kernel<MR, MAXC, F16, EPI, NORM>;
   static size_t granted = 0;  // per instantiation: the dynamic smem the attribute allows
@@ -700,7 +676,7 @@ void launch_stream(const StreamLaunch& l, Stream s) {
   const StreamGemv& q = l.q;
   launch(q.name, kernel, dim3(unsigned(l.grid)), dim3(kStreamThreads), smem, s, q.x, int(q.M), int(q.K),
          q.ldx, reinterpret_cast<const uint16_t*>(q.w), int(q.N), q.y, q.ldy, l.slots, true, q.g, q.eps, q.y2,
-         l.xbufs, stream_xp(), l.sc);
+         l.xbufs);
 }
 
 template <int MR, bool F16, StreamEpi EPI, bool NORM>
@@ -743,8 +719,7 @@ void run_stream(const StreamGemv& q, Stream s, int sm_count) {
   const int64_t chunks = ceil_div(q.K, int64_t(kStreamK));
   const bool x_reg = stream_x_in_registers(MR, chunks);
   const int rows = stream_rows(x_reg);
-  const int sc = x_reg && (stream_xp() & 2) ? int(std::min<int64_t>(2, chunks)) : 1;
-  const size_t stage = stream_stage_bytes(rows) * sc;
+  const size_t stage = stream_stage_bytes(rows);
   const bool swiglu = q.epi == StreamEpi::SwiGLU;
   const int64_t units = swiglu ? q.N / 2 : q.N;
   const int grid = int(std::min<int64_t>(sm_count, units));
@@ -765,7 +740,7 @@ void run_stream(const StreamGemv& q, Stream s, int sm_count) {
                              int((size_t(kStreamMaxSmem) - std::min(header, size_t(kStreamMaxSmem))) / stage));
   if (slots < 2)
     fail("[cuda] stream GEMV: M ", q.M, ", K ", q.K, ", N ", q.N, " on ", grid, " SMs needs too much shared memory");
-  const StreamLaunch l{q, slots, grid, stash, xbufs, sc};
+  const StreamLaunch l{q, slots, grid, stash, xbufs};
   q.wt == Half::F16 ? launch_stream<MR, true>(l, s) : launch_stream<MR, false>(l, s);
 }
 
