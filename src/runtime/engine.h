@@ -50,6 +50,9 @@ struct Prompt {
 struct RequestParams {
   SamplingParams sampling;
   int64_t max_tokens = 16;
+  // max_tokens is a default, not the client's: the scheduler cuts it to what
+  // the context and the cache leave beside the prompt, instead of refusing.
+  bool fit_max_tokens = false;
   bool ignore_eos = false;            // else the model's EOS ids stop generation
   std::vector<int32_t> stop_ids;      // more ids that end generation (emitted)
   std::vector<std::string> stop;      // stop strings (the text before them is kept)

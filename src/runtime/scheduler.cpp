@@ -69,9 +69,16 @@ Scheduler::Stats Scheduler::stats() const {
 // The KV blocks a request may fill: its prompt, max_tokens, the drafts of a
 // verify past them, and one block more for a copy-on-write of a shared one.
 int64_t Scheduler::blocks_for(int64_t n_prompt, const RequestParams& p) const {
-  const int64_t drafts = p.speculation.draft.empty() ? 0 : p.speculation.k;
-  const int64_t tokens = n_prompt + p.max_tokens + drafts + 1;
+  const int64_t tokens = n_prompt + p.max_tokens + draft_tokens(p) + 1;
   return (tokens + block_size_ - 1) / block_size_ + 1;
+}
+
+int64_t Scheduler::draft_tokens(const RequestParams& p) { return p.speculation.draft.empty() ? 0 : p.speculation.k; }
+
+// The most tokens a request of n_prompt may generate: within the context,
+// and within blocks_for's count of the whole cache.
+int64_t Scheduler::tokens_left(int64_t n_prompt, const RequestParams& p) const {
+  return std::min(capacity_tokens_ - n_prompt, (total_blocks_ - 1) * block_size_ - n_prompt - draft_tokens(p) - 1);
 }
 
 // The blocks reserved when a request is admitted: its prompt's (and one for
@@ -119,6 +126,8 @@ void Scheduler::loop() {
         if (w.ids.empty()) w.ids = engine_.encode(w.prompt);
         if (w.ids.empty()) fail("the prompt is empty");
         const int64_t n = int64_t(w.ids.size());
+        if (w.params.fit_max_tokens)
+          w.params.max_tokens = std::clamp<int64_t>(tokens_left(n, w.params), 0, w.params.max_tokens);
         if (n + w.params.max_tokens > capacity_tokens_)
           fail("the prompt (", n, " tokens) and max_tokens (", w.params.max_tokens, ") exceed the context of ",
                capacity_tokens_, " tokens");

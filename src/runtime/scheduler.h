@@ -102,6 +102,8 @@ class Scheduler {
   void loop();
   int64_t blocks_for(int64_t n_prompt, const RequestParams& p) const;
   int64_t blocks_reserved(int64_t n_prompt, const RequestParams& p) const;
+  int64_t tokens_left(int64_t n_prompt, const RequestParams& p) const;
+  static int64_t draft_tokens(const RequestParams& p);  // a verify's drafts past max_tokens
 
   Engine& engine_;
   SchedulerOptions opts_;

@@ -26,6 +26,37 @@ namespace {
   throw ApiError{400, message, "invalid_request_error", param};
 }
 
+// nlohmann's parser and destructor walk nested values without recursion, but
+// its copies recurse: a 2 MB body of a million nested arrays overflowed the
+// stack when the messages were copied. So JSON nesting deeper than this is
+// refused before it is parsed (request bodies) or not taken (tool calls).
+constexpr int kMaxJsonDepth = 128;
+
+bool nesting_within(std::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char ch : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (ch == '\\')
+        escaped = true;
+      else if (ch == '"')
+        in_string = false;
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      if (++depth > limit) return false;
+    } else if (ch == ']' || ch == '}') {
+      --depth;
+    }
+  }
+  return true;
+}
+
+// An optional field: absent or null (OpenAI's "number or null").
+bool given(const json& body, const char* key) { return body.contains(key) && !body[key].is_null(); }
+
 double number(const json& body, const char* key, double lo, double hi) {
   const json& v = body[key];
   if (!v.is_number()) bad(key, std::string(key) + " must be a number");
@@ -125,6 +156,8 @@ const char* finish_name(FinishReason r) { return r == FinishReason::Length ? "le
 
 ApiRequest parse_request(Endpoint endpoint, const std::string& text, const ApiContext& ctx, uint64_t random_seed) {
   json body;
+  if (!nesting_within(text, kMaxJsonDepth))
+    bad("", "the body nests arrays and objects deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   try {
     body = json::parse(text);
   } catch (const json::exception& e) {
@@ -195,7 +228,7 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& text, const ApiCo
       for (size_t i = 0; i < tools.size(); ++i) {
         const json& t = tools[i];
         const std::string at = "tools[" + std::to_string(i) + "]";
-        if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+        if (!t.is_object() || !t.contains("type") || t["type"] != "function" || !t.contains("function") ||
             !t["function"].is_object() || !t["function"].contains("name") || !t["function"]["name"].is_string())
           bad(at, at + " must be {\"type\": \"function\", \"function\": {\"name\": ..., ...}}");
       }
@@ -224,22 +257,29 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& text, const ApiCo
     }
   }
   RequestParams& q = r.params;
+  // Not asked for: the default, cut at admission to what the context leaves
+  // beside the prompt (a long prompt is not refused for a limit the client
+  // never set).
   q.max_tokens = ctx.default_max_tokens;
+  q.fit_max_tokens = true;
   const int64_t limit = ctx.max_context > 0 ? ctx.max_context : (int64_t(1) << 30);
   for (const char* key : {"max_tokens", "max_completion_tokens"})
-    if (body.contains(key) && !body[key].is_null()) q.max_tokens = integer(body, key, 0, limit);
+    if (given(body, key)) q.max_tokens = integer(body, key, 0, limit), q.fit_max_tokens = false;
   SamplingParams& s = q.sampling;
   s.temperature = 1.0f;  // OpenAI's default
-  if (body.contains("temperature")) s.temperature = float(number(body, "temperature", 0, 2));
-  if (body.contains("top_p")) s.top_p = float(number(body, "top_p", 0, 1));
-  if (body.contains("top_k")) s.top_k = int32_t(integer(body, "top_k", 0, 1 << 20));
-  if (body.contains("min_p")) s.min_p = float(number(body, "min_p", 0, 1));
-  if (body.contains("presence_penalty")) s.presence_penalty = float(number(body, "presence_penalty", -2, 2));
-  if (body.contains("frequency_penalty")) s.frequency_penalty = float(number(body, "frequency_penalty", -2, 2));
-  if (body.contains("repetition_penalty")) s.repetition_penalty = float(number(body, "repetition_penalty", 0.01, 10));
+  if (given(body, "temperature")) s.temperature = float(number(body, "temperature", 0, 2));
+  if (given(body, "top_p")) {
+    s.top_p = float(number(body, "top_p", 0, 1));
+    if (!(s.top_p > 0.f)) bad("top_p", "top_p must be greater than 0 (and at most 1)");
+  }
+  if (given(body, "top_k")) s.top_k = int32_t(integer(body, "top_k", 0, 1 << 20));
+  if (given(body, "min_p")) s.min_p = float(number(body, "min_p", 0, 1));
+  if (given(body, "presence_penalty")) s.presence_penalty = float(number(body, "presence_penalty", -2, 2));
+  if (given(body, "frequency_penalty")) s.frequency_penalty = float(number(body, "frequency_penalty", -2, 2));
+  if (given(body, "repetition_penalty")) s.repetition_penalty = float(number(body, "repetition_penalty", 0.01, 10));
   // ignore_eos (as vLLM and llama.cpp's servers take it): generate max_tokens
   // whatever the model says; benchmarks ask for it.
-  if (body.contains("ignore_eos")) q.ignore_eos = boolean(body, "ignore_eos");
+  if (given(body, "ignore_eos")) q.ignore_eos = boolean(body, "ignore_eos");
   s.seed = random_seed;
   if (body.contains("seed") && !body["seed"].is_null()) s.seed = uint64_t(integer(body, "seed", INT64_MIN, INT64_MAX));
   if (body.contains("n") && !body["n"].is_null()) r.n = int(integer(body, "n", 1, 16));
@@ -309,7 +349,9 @@ std::optional<ToolCalls> parse_tool_calls(const std::string& text) {
     size_t close = text.find(kCallClose, body);
     const bool closed = close != std::string::npos;
     if (!closed) close = text.size();  // a call cut off by max_tokens or a stop token
-    json call = json::parse(text.substr(body, close - body), nullptr, /*allow_exceptions=*/false);
+    const std::string_view call_text = std::string_view(text).substr(body, close - body);
+    if (!nesting_within(call_text, kMaxJsonDepth)) return std::nullopt;
+    json call = json::parse(call_text, nullptr, /*allow_exceptions=*/false);
     if (call.is_discarded() || !call.is_object() || !call.contains("name") || !call["name"].is_string())
       return std::nullopt;
     ToolCall c;

@@ -128,7 +128,11 @@ struct Server::Impl {
     // libevent's own limit is far above ours, so that an oversized body gets
     // our JSON 413, not its HTML one.
     evhttp_set_max_body_size(http, ev_ssize_t(opts.max_body_bytes) * 4 + 4096);
-    evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_HEAD);
+    // Headers are bounded (libevent's default is not); methods are all let
+    // through, so that a wrong one gets our JSON 405, not libevent's HTML 501.
+    evhttp_set_max_headers_size(http, 64 * 1024);
+    evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_HEAD |
+                                         EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_PATCH | EVHTTP_REQ_TRACE);
     evhttp_set_gencb(http, &Impl::on_request, this);
     wake = event_new(base, -1, 0, &Impl::on_wake, this);
     sigint = evsignal_new(base, SIGINT, &Impl::on_signal, this);
@@ -233,7 +237,9 @@ struct Server::Impl {
       if (!want(EVHTTP_REQ_POST)) return;
       start_call(req, path);
     } else {
-      reply_error(req, path, ApiError{404, "no such endpoint: " + path, "invalid_request_error", ""});
+      // Counted under one label: paths are the client's to choose, and each
+      // would otherwise add a series to /metrics for good.
+      reply_error(req, "other", ApiError{404, "no such endpoint: " + path, "invalid_request_error", ""});
     }
   }
 
@@ -323,6 +329,11 @@ struct Server::Impl {
       ++self->metrics.cancelled;
       self->count(c->endpoint, 499);  // client closed the request
     }
+    // When libevent itself saw the client go (a stream's end of file), it
+    // detached the unfinished request from the connection instead of freeing
+    // it, and it is ours to free; freed with its connection otherwise
+    // (on_watch's evhttp_connection_free).
+    if (evhttp_request_get_connection(c->req) == nullptr) evhttp_request_free(c->req);
     delete c;
   }
 

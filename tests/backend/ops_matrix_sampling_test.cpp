@@ -63,6 +63,28 @@ TEST_P(SampleMatrix, GreedyIsArgmaxFirstOnTies) {
   }
 }
 
+// A temperature so small that 1 / t or the top logit over t overflows a
+// float (1e-40 is subnormal; 40 / 1e-37 is past FLT_MAX) samples the argmax,
+// as the limit of softmax(l / t) does, instead of weights of inf - inf.
+TEST_P(SampleMatrix, TinyTemperaturesAreGreedy) {
+  std::mt19937 rng(17);
+  for (int64_t V : kSizes) {
+    SCOPED_TRACE(testing::Message() << "n_vocab=" << V);
+    const std::vector<float> temps = {1e-40f, 1e-37f, 1e-20f};
+    const int64_t n_rows = int64_t(temps.size());
+    std::vector<float> logits = grid_logits(n_rows * V, rng);
+    std::vector<ops::SampleRow> rows;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      logits[size_t(r * V + (V - 1 - r % V))] = 40.0f;  // one maximum a row
+      rows.push_back({temps[size_t(r)], 0, 1.0f, 0.0f, 0.5f});
+    }
+    std::vector<int32_t> ids(static_cast<size_t>(n_rows), -1);
+    ops::sample(on(dev(), host_tensor(DType::F32, {n_rows, V}, logits)), rows, ids);
+    for (int64_t r = 0; r < n_rows; ++r)
+      EXPECT_EQ(ids[size_t(r)], int32_t(V - 1 - r % V)) << "temperature " << temps[size_t(r)];
+  }
+}
+
 // The rule of ops::sample in double: softmax(logits / temperature) kept, in
 // rank order (logit desc, id asc), to the top_k best, then to the shortest
 // prefix whose mass reaches top_p of theirs, then to the tokens with at least

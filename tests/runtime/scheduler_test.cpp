@@ -138,6 +138,36 @@ TEST(Scheduler, AdmitsWithinTheCacheAndRefusesWhatNeverFits) {
   EXPECT_EQ(sched.stats().kv_blocks_used, 0);
 }
 
+// A max_tokens the client did not set (fit_max_tokens) is cut to what the
+// cache of 8 blocks of 16 leaves beside a prompt of 60: 7 * 16 - 60 - 1 = 51
+// tokens (blocks_for keeps a block for a copy-on-write and a token for the
+// next input), where the same request with max_tokens its own is refused.
+TEST(Scheduler, CutsADefaultMaxTokensToTheRoomLeft) {
+  EngineOptions eo;
+  eo.max_cached_tokens = 128;
+  eo.max_sequences = 2;
+  Engine engine(load_model(kData + "/qwen3"), std::nullopt, eo);
+  const int64_t n_vocab = engine.info().n_vocab;
+  SchedulerOptions so;
+  so.max_batch = 2;
+  so.warmup = false;
+  Scheduler sched(engine, so);
+  RequestParams p;
+  p.max_tokens = 256;
+  p.ignore_eos = true;
+  RequestParams fit = p;
+  fit.fit_max_tokens = true;
+  Collected own, cut;
+  sched.submit(Prompt::of_ids(random_ids(60, n_vocab, 4)), p, own.sink());
+  sched.submit(Prompt::of_ids(random_ids(60, n_vocab, 5)), fit, cut.sink());
+  own.wait();
+  cut.wait();
+  EXPECT_NE(own.error.find("exceed the context"), std::string::npos) << own.error;
+  EXPECT_EQ(cut.error, "");
+  EXPECT_EQ(cut.ids.size(), 51u);
+  EXPECT_EQ(sched.stats().kv_blocks_used, 0);
+}
+
 // Four requests of 20 + 60 tokens in a cache of 12 blocks: their prompts fit
 // together, so all are admitted; as they grow the engine preempts the newest
 // and feeds them again later. Each generates what it generates alone.

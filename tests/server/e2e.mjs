@@ -301,6 +301,50 @@ check("bad requests get OpenAI errors and the server keeps serving", async () =>
   assert.equal(ok.choices.length, 1);
 });
 
+check("edge values: deep nesting, nulls, a tiny temperature, wrong methods, unknown paths, a prompt near the context", async () => {
+  const b = srv.base;
+  const msg = [{ role: "user", content: "x" }];
+  const cases = [
+    // Copies of values nested this deep recurse: refused before parsing.
+    ["/v1/chat/completions", '{"messages": ' + "[".repeat(200000) + "]".repeat(200000) + "}", 400, null],
+    ["/v1/chat/completions", JSON.stringify({ messages: msg, tools: [{ type: 5, function: { name: "f" } }] }), 400, "tools[0]"],
+    ["/v1/chat/completions", JSON.stringify({ messages: msg, top_p: 0 }), 400, "top_p"],
+  ];
+  for (const [p, body, status, param] of cases) {
+    const r = await raw(b, p, body);
+    assert.equal(r.status, status, `${body.slice(0, 60)}: ${r.text.slice(0, 200)}`);
+    assert.ok(r.json && r.json.error && typeof r.json.error.message === "string", r.text);
+    if (param) assert.equal(r.json.error.param, param, r.text);
+  }
+  // null stands for absent.
+  let r = await raw(b, "/v1/completions", JSON.stringify({ prompt: "Hi", max_tokens: 3, temperature: null, top_p: null,
+    top_k: null, min_p: null, presence_penalty: null, repetition_penalty: null, ignore_eos: null }));
+  assert.equal(r.status, 200, r.text);
+  // A temperature whose inverse overflows a float samples the argmax.
+  const tiny = await raw(b, "/v1/completions", JSON.stringify({ prompt: "Long ago", max_tokens: 8, temperature: 1e-40 }));
+  const greedy = await raw(b, "/v1/completions", JSON.stringify({ prompt: "Long ago", max_tokens: 8, temperature: 0 }));
+  assert.equal(tiny.status, 200, tiny.text);
+  assert.equal(tiny.json.choices[0].text, greedy.json.choices[0].text);
+  // Wrong methods and unknown paths get JSON; unknown paths count under one label.
+  const put = await fetch(b + "/v1/completions", { method: "PUT", body: "{}" });
+  assert.equal(put.status, 405);
+  assert.ok((await put.json()).error);
+  const lost = await fetch(b + "/no-such-path-" + Date.now());
+  assert.equal(lost.status, 404);
+  assert.ok((await lost.json()).error);
+  const m = await metrics(b);
+  assert.match(m.text, /augur_requests_total\{endpoint="other",status="404"\} \d+/);
+  assert.ok(!m.text.includes("no-such-path"));
+  // A prompt that leaves less room than the default max_tokens, none asked
+  // for: generates what fits, not an error naming max_tokens.
+  const ctx = (await (await fetch(b + "/v1/models")).json()).data[0].max_model_len;
+  const ids = Array.from({ length: ctx - 6 }, (_, i) => 100 + (i % 200));
+  r = await raw(b, "/v1/completions", JSON.stringify({ prompt: ids, temperature: 0, ignore_eos: true }));
+  assert.equal(r.status, 200, r.text.slice(0, 300));
+  assert.equal(r.json.usage.completion_tokens, 6, JSON.stringify(r.json.usage));
+  assert.equal(r.json.choices[0].finish_reason, "length");
+});
+
 check("fuzzed requests leave the server healthy", async () => {
   // Mutations of valid bodies: cut short, bytes flipped, fields swapped to
   // other types. Each must get a status, never a hang or a crash.

@@ -60,12 +60,23 @@ TEST(OpenAiParse, Defaults) {
   const ApiRequest r = parse_request(Endpoint::Completions, R"({"prompt": [1, 2, 3]})", context(), 7);
   EXPECT_EQ(r.prompt.ids, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(r.params.max_tokens, 64);
+  EXPECT_TRUE(r.params.fit_max_tokens);  // not the client's: cut to the room at admission
   EXPECT_FLOAT_EQ(r.params.sampling.temperature, 1.0f);  // OpenAI's default
   EXPECT_EQ(r.params.sampling.seed, 7u);                 // the server's random seed
   EXPECT_EQ(r.params.logprobs, -1);
   EXPECT_FALSE(r.params.ignore_eos);
   EXPECT_FALSE(r.tools);
   EXPECT_TRUE(parse_request(Endpoint::Completions, R"({"prompt": [1], "ignore_eos": true})", context(), 7).params.ignore_eos);
+  EXPECT_FALSE(parse_request(Endpoint::Completions, R"({"prompt": [1], "max_tokens": 64})", context(), 7).params.fit_max_tokens);
+  // null is absent (OpenAI's "number or null").
+  const ApiRequest nulls = parse_request(Endpoint::Completions, R"({"prompt": [1], "temperature": null,
+    "top_p": null, "top_k": null, "min_p": null, "presence_penalty": null, "frequency_penalty": null,
+    "repetition_penalty": null, "ignore_eos": null, "max_tokens": null})", context(), 7);
+  EXPECT_FLOAT_EQ(nulls.params.sampling.temperature, 1.0f);
+  EXPECT_FLOAT_EQ(nulls.params.sampling.top_p, 1.0f);
+  EXPECT_EQ(nulls.params.sampling.top_k, 0);
+  EXPECT_EQ(nulls.params.max_tokens, 64);
+  EXPECT_TRUE(nulls.params.fit_max_tokens);
   // tool_choice none: the tools are not rendered.
   const ApiRequest n = parse_request(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "x"}],
     "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"})", context(), 1);
@@ -109,6 +120,11 @@ TEST(OpenAiParse, ErrorsNameTheField) {
       {P, R"({"prompt": [-1]})", 400, "prompt"},
       {P, R"({"prompt": "x", "messages": []})", 400, "messages"},
       {P, R"({"prompt": "x", "logprobs": 9})", 400, "logprobs"},
+      {C, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": 5, "function": {"name": "f"}}]})",
+       400, "tools[0]"},
+      {C, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": null, "function": {"name": "f"}}]})",
+       400, "tools[0]"},
+      {C, R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0})", 400, "top_p"},
   };
   for (const Case& c : cases) {
     const ApiError e = error_of(c.e, c.body);
@@ -117,6 +133,25 @@ TEST(OpenAiParse, ErrorsNameTheField) {
     const json body = e.body();
     EXPECT_EQ(body["error"]["message"], e.message);
     EXPECT_EQ(body["error"]["type"], e.type);
+  }
+  // Nesting past 128 levels is refused before parsing: copies of such values
+  // recurse, and a million levels overflowed the stack. Brackets inside
+  // strings do not count.
+  const std::string deep = R"({"messages": )" + std::string(200000, '[') + std::string(200000, ']') + "}";
+  const ApiError d = error_of(C, deep);
+  EXPECT_EQ(d.status, 400);
+  EXPECT_NE(d.message.find("deeper than 128"), std::string::npos) << d.message;
+  EXPECT_EQ(error_of(C, R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": {"a": )" +
+                            std::string(129, '[') + std::string(129, ']') + "}}")
+                .status,
+            400);
+  try {
+    parse_request(C, R"({"messages": [{"role": "user", "content": ")" + std::string(500, '[') +
+                         R"(\"{"}], "chat_template_kwargs": {"a": )" + std::string(120, '[') + std::string(120, ']') +
+                         "}}",
+                  context(), 1);
+  } catch (const ApiError& e) {
+    ADD_FAILURE() << e.message;
   }
   ApiContext no_template = context();
   no_template.has_chat_template = false;
@@ -140,6 +175,14 @@ TEST(OpenAiToolCalls, ParsesQwenCalls) {
   EXPECT_FALSE(parse_tool_calls("<tool_call>{\"arguments\": {}}</tool_call>").has_value());
   // Cut off by max_tokens after a whole object: still a call.
   EXPECT_TRUE(parse_tool_calls("<tool_call>{\"name\": \"f\"}").has_value());
+  // Arguments nested past 128 levels (a model can be led to write them) are
+  // text, not a call; within the limit they are a call.
+  auto nested = [](int depth) {
+    return "<tool_call>{\"name\": \"f\", \"arguments\": " + std::string(size_t(depth), '[') +
+           std::string(size_t(depth), ']') + "}</tool_call>";
+  };
+  EXPECT_FALSE(parse_tool_calls(nested(100000)).has_value());
+  EXPECT_TRUE(parse_tool_calls(nested(100)).has_value());
 }
 
 TEST(OpenAiToolCalls, StreamHoldsBackWhatMayBeACall) {

@@ -105,6 +105,13 @@ void sample_weights(const float* row, int64_t V, const ops::SampleRow& p, float*
     return;
   }
   const float inv_t = 1.0f / p.temperature, mx = bv * inv_t;
+  // A temperature so small that 1 / t or the top logit over t overflows is
+  // greedy (every weight would be inf - inf); the CUDA kernel falls back to
+  // the best token in that case too.
+  if (!std::isfinite(inv_t) || !std::isfinite(mx)) {
+    w[best] = 1.0f;
+    return;
+  }
   auto weight = [&](int32_t j) { return std::exp(row[j] * inv_t - mx); };
   auto fixed = [](float x) { return static_cast<uint64_t>(x * 1099511627776.0f); };
   std::vector<int32_t> order(static_cast<size_t>(V));
