@@ -387,9 +387,14 @@ void Engine::accept(Live& r, int32_t token, const float* logits_row, std::vector
 // that then stops at one of those ids has had one step too many run: its
 // sequence never records it, which only a model without recurrent state
 // can afford.
+// The chained step takes its tokens' blocks without make_room, so it runs
+// only where the free blocks cover them; else the step goes the way that
+// makes room (preempting the newest), where the chained one would have found
+// the cache full and failed the engine.
 bool Engine::can_chain() const {
   if (!inflight_ || info().placement.device() == Device::CPU || info().recurrent.n_layer > 0) return false;
   if (inflight_->rows.size() != live_.size()) return false;
+  int64_t blocks = 0;
   for (RequestId id : inflight_->rows) {
     auto it = live_.find(id);
     if (it == live_.end()) return false;
@@ -397,8 +402,9 @@ bool Engine::can_chain() const {
     if (r.done || r.cancelled || r.prefilling() || r.draft || r.params.logprobs >= 0 || r.params.prompt_logits ||
         has_penalties(r.params.sampling) || int64_t(r.generated.size()) + 1 >= r.params.max_tokens)
       return false;
+    blocks += r.seq->blocks_needed(1);
   }
-  return true;
+  return blocks <= runner_->pool().n_free();
 }
 
 void Engine::resolve(Inflight& f, std::vector<Event>& out) {
@@ -846,8 +852,14 @@ std::vector<Event> Engine::step() {
     }
     for (auto& [id, r] : live_)
       if (r->cancelled) finish(*r, FinishReason::Cancelled, out);
-    // Events settled so far belong to finished requests or carry tokens:
-    // their requests still live, so gather them before the next launch.
+    // Finished requests (their final events are in out) give their blocks
+    // back before launch makes room: make_room neither counts nor preempts
+    // them, so a request cancelled while the cache was full made the forward
+    // find no block and fail the engine.
+    for (auto it = live_.begin(); it != live_.end();)
+      it = it->second->done ? live_.erase(it) : std::next(it);
+    // Events settled so far carry tokens of requests that still live: they
+    // are gathered after the launch.
     launch(out);
     if (inflight_ && !can_chain()) {
       std::unique_ptr<Inflight> f = std::move(inflight_);

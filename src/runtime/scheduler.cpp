@@ -45,7 +45,11 @@ Scheduler::~Scheduler() {
 Scheduler::Ticket Scheduler::submit(Prompt prompt, RequestParams params, RequestSink sink) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stats_.failed) fail("[scheduler] the engine failed: ", stats_.failure);
-  if (int64_t(queue_.size()) + stats_.queued >= opts_.max_queue)
+  // Requests not yet running may fill the batch's free rows and max_queue
+  // more: counting them all against max_queue refused every request at
+  // --max-queue 0, and one of n choices past it on an idle server.
+  const int64_t free_rows = std::max<int64_t>(0, opts_.max_batch - stats_.running);
+  if (int64_t(queue_.size()) + stats_.queued >= opts_.max_queue + free_rows)
     throw QueueFull("[scheduler] the queue is full (" + std::to_string(opts_.max_queue) + " requests waiting)");
   const Ticket t = next_ticket_++;
   queue_.push_back(Waiting{t, std::move(prompt), std::move(params), std::move(sink), {}});

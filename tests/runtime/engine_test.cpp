@@ -128,6 +128,42 @@ TEST_P(EngineFamilies, CancelEndsARequestAndFreesItsBlocks) {
   EXPECT_EQ(e->runner().pool().n_free(), free_before);
 }
 
+// Two requests fill a cache of 4 blocks of 16 as they decode; the newer is
+// cancelled after each number of steps in turn. At the step where the older
+// then needs a block the cancelled one's blocks must already be free: it is
+// finished, so no longer preempted to make room. The older ends whole.
+TEST_P(EngineFamilies, CancelInAFullCacheLeavesItsBlocksToTheRest) {
+  for (int s = 1; s <= 36; ++s) {
+    SCOPED_TRACE(testing::Message() << "cancelled after " << s << " steps");
+    EngineOptions eo;
+    eo.max_cached_tokens = 64;
+    eo.max_sequences = 2;
+    auto e = engine_for(GetParam(), eo);
+    const int64_t free_before = e->runner().pool().n_free();
+    RequestParams p;
+    p.ignore_eos = true;
+    p.max_tokens = 39;  // 8 + 39 tokens: 3 blocks, and one for a copy-on-write
+    const RequestId a = e->submit(Prompt::of_ids(random_ids(8, e->info().n_vocab, 1)), p);
+    const RequestId c = e->submit(Prompt::of_ids(random_ids(8, e->info().n_vocab, 2)), p);
+    std::map<RequestId, Event> finals;
+    std::map<RequestId, std::vector<int32_t>> ids;
+    for (int i = 0; i < s && !e->idle(); ++i)
+      for (Event& ev : e->step()) {
+        ids[ev.id].insert(ids[ev.id].end(), ev.ids.begin(), ev.ids.end());
+        if (ev.done) finals[ev.id] = ev;
+      }
+    e->cancel(c);
+    std::map<RequestId, std::vector<int32_t>> rest;
+    ASSERT_NO_THROW(rest = drain(*e, &finals));
+    for (auto& [id, got] : rest) ids[id].insert(ids[id].end(), got.begin(), got.end());
+    ASSERT_TRUE(finals.count(a) && finals.count(c));
+    EXPECT_EQ(finals[a].finish, FinishReason::Length);
+    EXPECT_EQ(ids[a].size(), 39u);
+    EXPECT_EQ(finals[c].finish, FinishReason::Cancelled);
+    EXPECT_EQ(e->runner().pool().n_free(), free_before);
+  }
+}
+
 // logprobs: the chosen token's is log_softmax of its logit; greedy picks the top one.
 TEST_P(EngineFamilies, LogprobsOfGreedyTokens) {
   auto e = engine_for(GetParam());

@@ -205,6 +205,34 @@ TEST_P(SchedulerFamilies, PreemptsWhenTheCacheRunsDry) {
   }
 }
 
+// With no queue the batch's rows still take requests: two on an idle
+// scheduler of two rows run (before, --max-queue 0 refused every request),
+// and a third is refused while they do.
+TEST(Scheduler, ANoQueueSchedulerFillsItsBatch) {
+  EngineOptions eo;
+  eo.max_cached_tokens = 1024;
+  Engine engine(load_model(kData + "/qwen3"), std::nullopt, eo);
+  SchedulerOptions so;
+  so.max_batch = 2;
+  so.max_queue = 0;
+  so.warmup = false;
+  Scheduler sched(engine, so);
+  RequestParams p;
+  p.max_tokens = 20;
+  p.ignore_eos = true;
+  Collected a, b, refused;
+  sched.submit(Prompt::of_ids({1, 2, 3}), p, a.sink());
+  sched.submit(Prompt::of_ids({4, 5}), p, b.sink());
+  EXPECT_THROW(sched.submit(Prompt::of_ids({6}), p, refused.sink()), QueueFull);
+  a.wait();
+  b.wait();
+  EXPECT_EQ(a.error, "");
+  EXPECT_EQ(b.error, "");
+  EXPECT_EQ(a.ids.size(), 20u);
+  EXPECT_EQ(b.ids.size(), 20u);
+  EXPECT_EQ(sched.stats().kv_blocks_used, 0);
+}
+
 TEST(Scheduler, CancelFreesMemoryAndAFullQueueRefuses) {
   EngineOptions eo;
   eo.max_cached_tokens = 1024;
