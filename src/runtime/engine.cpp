@@ -388,7 +388,8 @@ void Engine::accept(Live& r, int32_t token, const float* logits_row, std::vector
 // sequence never records it, which only a model without recurrent state
 // can afford.
 // The chained step takes its tokens' blocks without make_room, so it runs
-// only where the free blocks cover them; else the step goes the way that
+// only where the blocks free or held by the prefix cache alone (its
+// allocator reclaims those) cover them; else the step goes the way that
 // makes room (preempting the newest), where the chained one would have found
 // the cache full and failed the engine.
 bool Engine::can_chain() const {
@@ -404,7 +405,8 @@ bool Engine::can_chain() const {
       return false;
     blocks += r.seq->blocks_needed(1);
   }
-  return blocks <= runner_->pool().n_free();
+  const int64_t free = runner_->pool().n_free();
+  return blocks <= free || (prefix_ && blocks <= free + prefix_->reclaimable());
 }
 
 void Engine::resolve(Inflight& f, std::vector<Event>& out) {
