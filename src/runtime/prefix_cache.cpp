@@ -225,6 +225,18 @@ void PrefixCache::insert(const Sequence& seq, bool keep_end) {
     }
     if (!recurrent_ && te.tokens.size() < rest.size() && same(te.tokens, rest.first(te.tokens.size()))) remove(t);
   }
+  // A sequence that resumed partway into a block the cache keeps (a child or
+  // a tail whose tokens extend `rest`) and wrote nothing since still holds
+  // that block: its entry already serves every lookup this tail would, and a
+  // second entry would hold the block twice, so that neither counted as
+  // reclaimable while no sequence used it.
+  const Entry& parent = entries_.at(at);
+  for (const auto* list : {&parent.children, &parent.tails})
+    for (Id c : *list)
+      if (entries_.at(c).block == blocks[size_t(n_full)]) {
+        touch(c);
+        return;
+      }
   const Id t = add(at, 0, rest, blocks[size_t(n_full)]);
   if (recurrent_) set_state(t, kv_->save_slot(seq.state_slot()));
 }

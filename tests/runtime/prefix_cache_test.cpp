@@ -210,6 +210,45 @@ TEST_P(PrefixCacheFamilies, PreemptionWhenBlocksRunOutKeepsGreedyOutput) {
   }
 }
 
+// A sequence that resumed partway into a cached block and is given back
+// before it writes (preempted, cancelled) adds no second entry on that
+// block: every block the cache alone holds counts as reclaimable, and
+// evicting everything frees the pool.
+TEST(PrefixCache, AResumedSequenceGivenBackUnwrittenHoldsItsBlockOnce) {
+  const KvSpec spec{1, 1, 4};
+  KvCache kv(spec, 8, 16);
+  BlockPool pool(8);
+  PrefixCache cache(pool, kv, 0);
+  const auto a_tokens = random_ids(55, 1000, 11);  // 3 whole blocks and 7 tokens
+  {
+    Sequence a(pool, kv);
+    a.reserve(55);
+    a.append(a_tokens);
+    cache.insert(a, /*keep_end=*/true);
+  }
+  ASSERT_EQ(cache.stats().blocks, 4);
+  ASSERT_EQ(cache.reclaimable(), 4);
+  // 40 tokens of a's, then others: two whole blocks and 8 tokens into a's third.
+  auto b_tokens = std::vector<int32_t>(a_tokens.begin(), a_tokens.begin() + 40);
+  b_tokens = cat(b_tokens, random_ids(6, 1000, 12));
+  if (b_tokens[40] == a_tokens[40]) b_tokens[40] = (b_tokens[40] + 1) % 1000;
+  {
+    Sequence b(pool, kv);
+    const SequenceSnapshot hit = cache.lookup(b_tokens, 45);
+    ASSERT_EQ(hit.length(), 40);
+    b.restore(hit);
+    cache.insert(b, /*keep_end=*/true);
+  }
+  const PrefixCache::Stats s = cache.stats();
+  EXPECT_EQ(s.blocks, 4);
+  EXPECT_EQ(s.blocks_only, 4);
+  EXPECT_EQ(pool.n_free() + cache.reclaimable(), pool.n_blocks());
+  EXPECT_EQ(cache.lookup(b_tokens, 45).length(), 40);
+  while (cache.evict_one()) {
+  }
+  EXPECT_EQ(pool.n_free(), pool.n_blocks());
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, PrefixCacheFamilies, test::every_family(), test::family_test_name);
 
 }  // namespace
