@@ -83,10 +83,9 @@ bool boolean(const json& body, const char* key) {
 
 json chat_logprobs(const std::vector<TokenLogprob>& lps, const TokenText& token_text) {
   auto entry = [&](int32_t id, float lp) {
-    const std::string t = token_text(id);
     json bytes = json::array();
-    for (unsigned char c : t) bytes.push_back(int(c));
-    return json{{"token", t}, {"logprob", lp}, {"bytes", bytes}};
+    for (unsigned char c : token_text.bytes(id)) bytes.push_back(int(c));
+    return json{{"token", token_text.text(id)}, {"logprob", lp}, {"bytes", bytes}};
   };
   json content = json::array();
   for (const auto& lp : lps) {
@@ -102,10 +101,10 @@ json chat_logprobs(const std::vector<TokenLogprob>& lps, const TokenText& token_
 json completion_logprobs(const std::vector<TokenLogprob>& lps, const TokenText& token_text) {
   json tokens = json::array(), values = json::array(), tops = json::array();
   for (const auto& lp : lps) {
-    tokens.push_back(token_text(lp.id));
+    tokens.push_back(token_text.text(lp.id));
     values.push_back(lp.logprob);
     json top = json::object();
-    for (const auto& [id, v] : lp.top) top[token_text(id)] = v;
+    for (const auto& [id, v] : lp.top) top[token_text.text(id)] = v;
     tops.push_back(top);
   }
   return json{{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}};

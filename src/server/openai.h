@@ -104,7 +104,11 @@ struct ResponseMeta {
   int64_t created = 0;
   std::string model;
 };
-using TokenText = std::function<std::string(int32_t)>;
+// A token's text (decoded alone: U+FFFD where it holds part of a character)
+// and its bytes (Tokenizer::token_bytes), for logprobs.
+struct TokenText {
+  std::function<std::string(int32_t)> text, bytes;
+};
 // usage: prompt tokens (once), completion tokens over every choice, cached tokens.
 nlohmann::ordered_json response_body(const ApiRequest& r, const ResponseMeta& m,
                                      const std::vector<ChoiceOutput>& choices, const Usage& usage,

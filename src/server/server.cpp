@@ -405,9 +405,10 @@ struct Server::Impl {
     delete c;
   }
 
-  std::function<std::string(int32_t)> token_text() const {
+  TokenText token_text() const {
     const TextModel* t = engine.text();
-    return [t](int32_t id) { return t ? t->tokenizer.decode(std::span<const int32_t>(&id, 1), false) : std::to_string(id); };
+    return {[t](int32_t id) { return t ? t->tokenizer.decode(std::span<const int32_t>(&id, 1), false) : std::to_string(id); },
+            [t](int32_t id) { return t ? t->tokenizer.token_bytes(id) : std::to_string(id); }};
   }
 
   void start_stream(Call* c) {

@@ -35,7 +35,11 @@ constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";
 // taken as its raw text. The whole output is decoded lossily as one string.
 class ByteLevel final : public Decoder {
  public:
-  void decode_chain(std::vector<std::string>& tokens) const override {
+  void decode_chain(std::vector<std::string>& tokens) const override { tokens.assign(1, utf8_lossy(bytes_of(tokens))); }
+  void decode_bytes(std::vector<std::string>& tokens) const override { tokens.assign(1, bytes_of(tokens)); }
+
+ private:
+  static std::string bytes_of(const std::vector<std::string>& tokens) {
     std::string bytes;
     for (const std::string& t : tokens) {
       const size_t mark = bytes.size();
@@ -54,19 +58,26 @@ class ByteLevel final : public Decoder {
         bytes += t;
       }
     }
-    tokens.assign(1, utf8_lossy(bytes));
+    return bytes;
   }
 };
 
 class ByteFallback final : public Decoder {
  public:
-  void decode_chain(std::vector<std::string>& tokens) const override {
+  void decode_chain(std::vector<std::string>& tokens) const override { join(tokens, true); }
+  void decode_bytes(std::vector<std::string>& tokens) const override { join(tokens, false); }
+  bool joins_byte_tokens() const override { return true; }
+
+ private:
+  // Runs of "<0xXX>" tokens become their bytes; lossy: a run that is not
+  // UTF-8 becomes one U+FFFD a byte (HF's rule).
+  static void join(std::vector<std::string>& tokens, bool lossy) {
     std::vector<std::string> out;
     out.reserve(tokens.size());
     std::string bytes;
     auto flush = [&] {
       if (bytes.empty()) return;
-      if (find_invalid_utf8(bytes) == std::string::npos) {
+      if (!lossy || find_invalid_utf8(bytes) == std::string::npos) {
         out.push_back(bytes);
       } else {
         for (size_t k = 0; k < bytes.size(); ++k) out.emplace_back(kReplacementChar);
@@ -85,7 +96,6 @@ class ByteFallback final : public Decoder {
     flush();
     tokens = std::move(out);
   }
-  bool joins_byte_tokens() const override { return true; }
 };
 
 class Fuse final : public Decoder {
@@ -184,6 +194,9 @@ class Sequence final : public Decoder {
   explicit Sequence(std::vector<std::unique_ptr<Decoder>> steps) : steps_(std::move(steps)) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (const auto& s : steps_) s->decode_chain(tokens);
+  }
+  void decode_bytes(std::vector<std::string>& tokens) const override {
+    for (const auto& s : steps_) s->decode_bytes(tokens);
   }
   bool joins_byte_tokens() const override {
     for (const auto& s : steps_) {

@@ -15,6 +15,9 @@ class Decoder {
  public:
   virtual ~Decoder() = default;
   virtual void decode_chain(std::vector<std::string>& tokens) const = 0;
+  // decode_chain keeping bytes that do not form UTF-8 as they are (a token
+  // holding part of a character), where decode_chain makes them U+FFFD.
+  virtual void decode_bytes(std::vector<std::string>& tokens) const { decode_chain(tokens); }
   // Whether a "<0xXX>" token's text depends on the tokens after it (a
   // ByteFallback stage): the streaming decoder holds such runs back.
   virtual bool joins_byte_tokens() const { return false; }

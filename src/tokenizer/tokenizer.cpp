@@ -125,7 +125,7 @@ bool Tokenizer::Impl::token_text(int32_t id, bool skip_special, std::string_view
   return model->id_to_token(id, text);
 }
 
-std::string Tokenizer::Impl::decode_tokens(std::vector<std::string>& tokens) const {
+std::string Tokenizer::Impl::decode_tokens(std::vector<std::string>& tokens, bool lossy) const {
   std::string out;
   if (!decoder) {
     // HF joins with spaces when there is no decoder.
@@ -135,7 +135,11 @@ std::string Tokenizer::Impl::decode_tokens(std::vector<std::string>& tokens) con
     }
     return out;
   }
-  decoder->decode_chain(tokens);
+  if (lossy) {
+    decoder->decode_chain(tokens);
+  } else {
+    decoder->decode_bytes(tokens);
+  }
   for (const std::string& t : tokens) out += t;
   return out;
 }
@@ -158,6 +162,16 @@ int32_t Tokenizer::token_to_id(std::string_view token) const {
 std::string Tokenizer::id_to_token(int32_t id) const {
   std::string_view text;
   return impl_->token_text(id, false, text) ? std::string(text) : std::string();
+}
+
+std::string Tokenizer::token_bytes(int32_t id) const {
+  std::string_view text;
+  if (!impl_->token_text(id, false, text)) return {};
+  // Decoded after a copy of itself, less that copy's bytes: decoders that
+  // treat the text's first token apart (Metaspace, Strip) see it mid-text.
+  std::vector<std::string> one{std::string(text)}, two{std::string(text), std::string(text)};
+  const std::string a = impl_->decode_tokens(one, false), b = impl_->decode_tokens(two, false);
+  return b.starts_with(a) ? b.substr(a.size()) : a;
 }
 
 size_t Tokenizer::vocab_size() const { return impl_->vocab_size; }

@@ -46,6 +46,11 @@ class Tokenizer {
   int32_t token_to_id(std::string_view token) const;
   // The token's text ("Ġthe", "<|im_end|>"); empty when the id is unknown.
   std::string id_to_token(int32_t id) const;
+  // The bytes the token adds to a decoded text when it is not the first:
+  // part of a UTF-8 character where the token holds one (a byte-fallback
+  // or byte-level token), where decode() gives U+FFFD. Empty when the id is
+  // unknown.
+  std::string token_bytes(int32_t id) const;
   // One past the largest id (model vocab and added tokens).
   size_t vocab_size() const;
   // An added token marked special (skipped by skip_special_tokens).

@@ -34,8 +34,9 @@ struct Tokenizer::Impl {
   void encode_text(std::string_view text, bool at_origin, std::vector<int32_t>& ids) const;
   // The string decode starts from for `id`; false when it is skipped.
   bool token_text(int32_t id, bool skip_special, std::string_view& text) const;
-  // Runs the decoder over token strings (consumed) and joins the result.
-  std::string decode_tokens(std::vector<std::string>& tokens) const;
+  // Runs the decoder over token strings (consumed) and joins the result;
+  // not lossy: bytes that do not form UTF-8 stay as they are.
+  std::string decode_tokens(std::vector<std::string>& tokens, bool lossy = true) const;
 };
 
 }  // namespace augur

@@ -188,6 +188,9 @@ check("logprobs", async () => {
     assert.equal(t.logprob, t.top_logprobs[0].logprob);
   }
   assert.equal(lp.map((t) => t.token).join(""), r.choices[0].message.content);
+  // bytes are each token's own, so they join to the text (also where a
+  // token holds part of a character)
+  assert.equal(Buffer.from(lp.flatMap((t) => t.bytes)).toString("utf8"), r.choices[0].message.content);
   const c = await client.completions.create({ model: "augur-tiny", prompt: "Hello", max_tokens: 4, temperature: 0, logprobs: 2 });
   assert.equal(c.choices[0].logprobs.tokens.length, 4);
   assert.equal(Object.keys(c.choices[0].logprobs.top_logprobs[0]).length, 2);

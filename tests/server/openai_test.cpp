@@ -211,7 +211,8 @@ TEST(OpenAiResponse, ChoicesUsageAndToolCalls) {
   out[1].text = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}</tool_call>";
   out[1].finish = FinishReason::Stop;
   Usage u{10, 7, 4};
-  const json body = response_body(r, m, out, u, [](int32_t) { return std::string("t"); });
+  const TokenText tt{[](int32_t) { return std::string("\xEF\xBF\xBD"); }, [](int32_t) { return std::string("\xE4"); }};
+  const json body = response_body(r, m, out, u, tt);
   EXPECT_EQ(body["object"], "chat.completion");
   EXPECT_EQ(body["choices"][0]["message"]["content"], "plain answer");
   EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
@@ -221,12 +222,27 @@ TEST(OpenAiResponse, ChoicesUsageAndToolCalls) {
   EXPECT_EQ(body["choices"][1]["finish_reason"], "tool_calls");
   EXPECT_EQ(body["usage"]["total_tokens"], 17);
   EXPECT_EQ(body["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
-  const json chunk = delta_chunk(r, m, 1, "hi", {}, true, [](int32_t) { return std::string(); });
+  const json chunk = delta_chunk(r, m, 1, "hi", {}, true, tt);
   EXPECT_EQ(chunk["object"], "chat.completion.chunk");
   EXPECT_EQ(chunk["choices"][0]["index"], 1);
   EXPECT_EQ(chunk["choices"][0]["delta"]["role"], "assistant");
   EXPECT_EQ(chunk["choices"][0]["delta"]["content"], "hi");
   EXPECT_EQ(finish_chunk(r, m, 0, "length")["choices"][0]["finish_reason"], "length");
+}
+
+// A logprob's token is its text and `bytes` its raw bytes: part of a
+// character where the token holds one, not the U+FFFD of its text.
+TEST(OpenAiResponse, LogprobBytesAreTheTokensOwn) {
+  ApiRequest r = parse_request(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "x"}],
+    "logprobs": true, "top_logprobs": 1})", context(), 1);
+  ResponseMeta m{"chatcmpl-1", 100, "tiny"};
+  const TokenText tt{[](int32_t) { return std::string("\xEF\xBF\xBD"); }, [](int32_t) { return std::string("\xE4"); }};
+  const std::vector<TokenLogprob> lps = {{7, -0.5f, {{7, -0.5f}}}};
+  const json chunk = delta_chunk(r, m, 0, "", lps, false, tt);
+  const json& e = chunk["choices"][0]["logprobs"]["content"][0];
+  EXPECT_EQ(e["token"], "\xEF\xBF\xBD");
+  EXPECT_EQ(e["bytes"], json::array({0xE4}));
+  EXPECT_EQ(e["top_logprobs"][0]["bytes"], json::array({0xE4}));
 }
 
 }  // namespace

@@ -162,6 +162,29 @@ TEST_P(Streaming, PushesConcatenateToDecodeOfRandomIds) {
   }
 }
 
+// A token's bytes (the logprobs' `bytes`) concatenate to the decoded text,
+// where a token holding part of a character has that part's bytes, not
+// U+FFFD. The first token keeps the space that decoders dropping a text's
+// leading space (Metaspace, Strip) take off it.
+TEST_P(Streaming, TokenBytesConcatenateToTheDecodedText) {
+  const Tokenizer& tok = test::family(GetParam());
+  std::mt19937 rng(31);
+  int split = 0;
+  for (int i = 0; i < kStrings; ++i) {
+    const auto ids = tok.encode(random_text(rng));
+    std::string bytes;
+    for (int32_t id : ids) {
+      const std::string b = tok.token_bytes(id);
+      if (!valid_utf8(b)) ++split;
+      bytes += b;
+    }
+    const std::string text = tok.decode(ids);
+    if (bytes.size() == text.size() + 1 && bytes[0] == ' ') bytes.erase(0, 1);
+    ASSERT_EQ(bytes, text) << "string " << i;
+  }
+  EXPECT_GT(split, 0) << "no token held part of a character";
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, Streaming,
                          testing::Values("qwen3", "llama3", "deepseek_v3", "gemma3"));
 
