@@ -278,9 +278,12 @@ struct Server::Impl {
         for (int j = 0; j < i; ++j) forget(c->choices[size_t(j)].ticket, true);
         reply_error(req, path, ApiError{429, "the server is busy: " + std::string(e.what()), "rate_limit_error", ""});
         return;
-      } catch (const Error& e) {
+      } catch (const std::exception& e) {
+        // The choices admitted so far are cancelled whatever failed: they
+        // would otherwise deliver to this call once it is gone.
         for (int j = 0; j < i; ++j) forget(c->choices[size_t(j)].ticket, true);
-        reply_error(req, path, ApiError{503, e.what(), "server_error", ""});
+        const bool engine = dynamic_cast<const Error*>(&e) != nullptr;
+        reply_error(req, path, ApiError{engine ? 503 : 500, e.what(), "server_error", ""});
         return;
       }
       by_ticket[c->choices[size_t(i)].ticket] = {c, i};
