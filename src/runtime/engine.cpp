@@ -371,7 +371,11 @@ void Engine::accept(Live& r, int32_t token, const float* logits_row, std::vector
   if (r.stopper) {
     const StopMatcher::Result t = r.stopper->feed(r.decoder->push(token));
     e.text += t.text;
-    stopped = t.stopped;
+    // The decoder holds back an open run of byte tokens (it may still grow,
+    // and HF decodes a run whole); where the run as it stands completes a
+    // stop string, the request stops on this token, and the run grows no
+    // more, so finish's flush finds the stop in the same text.
+    stopped = t.stopped || r.stopper->would_stop(r.decoder->pending());
   }
   for (int32_t s : r.stop_ids) stopped |= (s == token);
   if (stopped)

@@ -144,7 +144,7 @@ void Scheduler::loop() {
         const RequestId id = engine_.submit(Prompt::of_ids(w.ids), w.params);
         running_[id] = Running{w.ticket, std::move(w.sink), reserve};
         reserved_blocks_ += reserve;
-      } catch (const Error& e) {
+      } catch (const std::exception& e) {  // a bad request, or one that could not be encoded or admitted
         w.sink.error(w.ticket, e.what());
       }
       pending.pop_front();

@@ -78,6 +78,12 @@ std::string StreamDecoder::flush() {
   return out;
 }
 
+std::string StreamDecoder::pending() const {
+  if (window_.empty()) return {};
+  std::string text = window_text(window_.size());
+  return text.size() > emitted_ ? text.substr(emitted_) : std::string();
+}
+
 StopMatcher::StopMatcher(std::vector<std::string> stops) {
   for (auto& s : stops) {
     if (s.empty()) continue;
@@ -113,6 +119,13 @@ StopMatcher::Result StopMatcher::feed(std::string_view text) {
   held_ = buf.substr(buf.size() - hold);
   buf.resize(buf.size() - hold);
   return {std::move(buf), false};
+}
+
+bool StopMatcher::would_stop(std::string_view text) const {
+  if (stopped_) return true;
+  if (text.empty()) return false;
+  const std::string buf = held_ + std::string(text);
+  return std::any_of(stops_.begin(), stops_.end(), [&](const std::string& s) { return buf.find(s) != std::string::npos; });
 }
 
 std::string StopMatcher::flush() {

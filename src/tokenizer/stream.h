@@ -25,6 +25,8 @@ class StreamDecoder {
   // The rest, including incomplete bytes as U+FFFD; the decoder then starts
   // a new stream.
   std::string flush();
+  // What flush() would return now, the stream left as it is.
+  std::string pending() const;
 
  private:
   // Text of context_ + window_[0, n), less the text of context_.
@@ -57,6 +59,8 @@ class StopMatcher {
   Result feed(std::string_view text);
   // The held-back text, when generation ends without a stop.
   std::string flush();
+  // Whether feeding `text` would find a stop string (nothing is fed).
+  bool would_stop(std::string_view text) const;
   bool stopped() const { return stopped_; }
 
  private:

@@ -3,7 +3,9 @@
 // cancellation and logprobs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include "core/error.h"
@@ -204,6 +206,50 @@ TEST(Engine, StopStringsAndTextDeltas) {
       e.run(e.submit(Prompt::of_text("It was a cold morning, and"), p), [&](const Event& ev) { cut += ev.text; });
   EXPECT_EQ(done.finish, FinishReason::Stop);
   EXPECT_EQ(cut, whole.substr(0, whole.find(stop)));
+}
+
+// A stop string completed by a byte-fallback token ("\n" is <0x0A> in
+// SentencePiece vocabularies) stops on that token, though the decoder holds
+// an open run of byte tokens back: finish "stop", not one token more, and
+// not "length" where that token is also the last max_tokens allows.
+TEST(Engine, AStopStringEndingInAByteTokenStopsOnIt) {
+  const std::string dir = kData + "/llama";
+  const auto prompt = random_ids(6, 512, 21);
+  RequestParams p;
+  p.ignore_eos = true;
+  p.max_tokens = 12;
+  std::vector<int32_t> ids;
+  {
+    Engine plain(load_model(dir), std::nullopt, {});
+    plain.run(plain.submit(Prompt::of_ids(prompt), p), [&](const Event& ev) { ids.insert(ids.end(), ev.ids.begin(), ev.ids.end()); });
+  }
+  // The first token after the first that none before it repeats becomes "\n".
+  size_t at = 1;
+  while (at < ids.size() && std::find(ids.begin(), ids.begin() + long(at), ids[at]) != ids.begin() + long(at)) ++at;
+  ASSERT_LT(at, ids.size());
+  auto name = [](int32_t i) {
+    char b[16];
+    std::snprintf(b, sizeof b, "t%d ", int(i));
+    return std::string(b);
+  };
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int32_t i = 0; i < 512; ++i) vocab[i == ids[at] ? std::string("<0x0A>") : name(i)] = i;
+  const nlohmann::json tj = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()},
+                                        {"byte_fallback", true}}},
+                             {"decoder", {{"type", "Sequence"}, {"decoders", {{{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}}}};
+  std::string before;
+  for (size_t i = 0; i < at; ++i) before += name(ids[i]);
+  for (int64_t max_tokens : {int64_t(at) + 1, int64_t(12)}) {
+    SCOPED_TRACE("max_tokens " + std::to_string(max_tokens));
+    Engine e(load_model(dir), TextModel{Tokenizer::from_json(tj), nullptr}, {});
+    p.max_tokens = max_tokens;
+    p.stop = {"\n"};
+    std::string text;
+    const Event done = e.run(e.submit(Prompt::of_ids(prompt), p), [&](const Event& ev) { text += ev.text; });
+    EXPECT_EQ(done.finish, FinishReason::Stop);
+    EXPECT_EQ(done.usage.completion_tokens, int64_t(at) + 1);
+    EXPECT_EQ(text, before);
+  }
 }
 
 TEST(Engine, BadRequestsAreErrors) {
