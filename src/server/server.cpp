@@ -108,6 +108,7 @@ struct Server::Impl {
   event* sigterm = nullptr;
   event* watch = nullptr;
   evhttp_bound_socket* bound = nullptr;
+  bool stopping = false;  // a signal came: shut_down
   int bound_port = 0;
   ApiContext ctx;
   Metrics metrics;
@@ -149,7 +150,15 @@ struct Server::Impl {
 
   ~Impl() {
     sched.reset();  // its thread stops before the loop's objects go
-    for (auto& [conn, call] : by_connection) delete call;
+    // Calls still open (a stop() without the signal's goodbyes) go first,
+    // their connections told not to call on_close for them: evhttp_free
+    // closes every connection.
+    for (auto& [conn, call] : by_connection) {
+      evhttp_connection_set_closecb(conn, nullptr, nullptr);
+      delete call;
+    }
+    by_connection.clear();
+    by_ticket.clear();
     if (sigint) event_free(sigint);
     if (sigterm) event_free(sigterm);
     if (wake) event_free(wake);
@@ -158,7 +167,22 @@ struct Server::Impl {
     if (base) event_base_free(base);
   }
 
-  static void on_signal(evutil_socket_t, short, void* arg) { event_base_loopbreak(static_cast<Impl*>(arg)->base); }
+  // SIGINT / SIGTERM: no new connections or requests; each open call ends
+  // with a 503 (a stream with an error event and [DONE]), and the loop ends
+  // once those replies had a moment to go out.
+  static void on_signal(evutil_socket_t, short, void* arg) { static_cast<Impl*>(arg)->shut_down(); }
+
+  void shut_down() {
+    if (stopping) return;
+    stopping = true;
+    if (bound) evhttp_del_accept_socket(http, bound);
+    bound = nullptr;
+    std::vector<Call*> open;
+    for (const auto& [conn, call] : by_connection) open.push_back(call);
+    for (Call* c : open) fail_call(c, ApiError{503, "the server is shutting down", "server_error", ""});
+    const timeval grace{0, 500 * 1000};
+    event_base_loopexit(base, &grace);
+  }
 
   // ---- replies ----
   void count(const std::string& endpoint, int status) { ++metrics.requests[{endpoint, status}]; }
@@ -235,7 +259,10 @@ struct Server::Impl {
       reply(req, 200, metrics_text(), "text/plain; version=0.0.4");
     } else if (path == "/v1/chat/completions" || path == "/v1/completions") {
       if (!want(EVHTTP_REQ_POST)) return;
-      start_call(req, path);
+      if (stopping)  // a kept-alive connection's request after the signal
+        reply_error(req, path, ApiError{503, "the server is shutting down", "server_error", ""});
+      else
+        start_call(req, path);
     } else {
       // Counted under one label: paths are the client's to choose, and each
       // would otherwise add a series to /metrics for good.
@@ -384,7 +411,10 @@ struct Server::Impl {
 
   void fail_call(Call* c, const std::string& message) {
     const bool engine_failed = message.rfind("the engine failed", 0) == 0;
-    const ApiError e{engine_failed ? 500 : 400, message, engine_failed ? "server_error" : "invalid_request_error", ""};
+    fail_call(c, ApiError{engine_failed ? 500 : 400, message, engine_failed ? "server_error" : "invalid_request_error", ""});
+  }
+
+  void fail_call(Call* c, const ApiError& e) {
     for (Choice& ch : c->choices)
       if (!ch.done) {
         ch.done = true;

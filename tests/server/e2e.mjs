@@ -570,6 +570,42 @@ try {
     warm.proc.kill("SIGTERM");
     fs.rmSync(hybridDir, { recursive: true, force: true });
   }
+  // SIGTERM with requests in flight: a stream ends with an error event and
+  // [DONE], a request not streamed gets a 503, and the process exits 0 (in
+  // the sanitizer build: reporting nothing).
+  const t3 = Date.now();
+  const busy = await startServer(modelDir, ["--no-warmup"]);
+  try {
+    const post = (stream) => fetch(busy.base + "/v1/completions", {
+      method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ model: "augur-tiny", prompt: "Once", max_tokens: 1500, ignore_eos: true, temperature: 0, stream }),
+    });
+    const plain = post(false).catch((e) => ({ status: `no reply (${e.cause?.code ?? e.message})` }));
+    const res = await post(true);
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    let sse = dec.decode((await reader.read()).value);
+    const exited = new Promise((r) => busy.proc.on("exit", (code) => r(code)));
+    busy.proc.kill("SIGTERM");
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      sse += dec.decode(value);
+    }
+    assert.match(sse, /"error":\{[^}]*shutting down/);
+    assert.ok(sse.trimEnd().endsWith("data: [DONE]"), sse.slice(-200));
+    const p = await plain;
+    assert.equal(p.status, 503);
+    assert.match((await p.json()).error.message, /shutting down/);
+    assert.equal(await exited, 0);
+    const report = busy.log().split("\n").filter((l) => /Sanitizer|runtime error/.test(l));
+    assert.deepEqual(report, []);
+    console.log(`ok SIGTERM with requests in flight ends them with a 503 and exits cleanly (${Date.now() - t3} ms)`);
+  } catch (e) {
+    failures++;
+    console.log(`FAIL SIGTERM with requests in flight: ${e.stack || e}`);
+    busy.proc.kill("SIGKILL");
+  }
 } catch (e) {
   failures++;
   console.log(`FAIL setup: ${e.stack || e}`);
@@ -579,8 +615,9 @@ try {
     // or a bad access of all the above is reported now, on its stderr.
     const exited = new Promise((r) => srv.proc.on("exit", r));
     srv.proc.kill("SIGTERM");
-    await exited;
+    const code = await exited;
     const report = srv.log().split("\n").filter((l) => /Sanitizer|runtime error/.test(l));
+    if (code !== 0) report.push(`exit code ${code}`);
     if (report.length) {
       failures++;
       console.log(`FAIL the server's exit: ${report.slice(0, 6).join(" | ")}`);
