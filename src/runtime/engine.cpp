@@ -518,6 +518,7 @@ void Engine::preempt(Live& r) {
   r.split_at = -1;
   r.parked = true;
   if (r.draft && r.drafter->keeps_rows()) {
+    r.own_draft.reset();  // its sequence (and recurrent-state slot) first
     r.own_draft = r.drafter->open(r.params.speculation);
     r.draft = r.own_draft.get();
   }

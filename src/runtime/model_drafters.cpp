@@ -203,6 +203,13 @@ class ModelDrafter final : public Drafter {
                std::span<const int32_t> k, std::vector<std::vector<int32_t>>& drafts) override {
     drafts.assign(rows.size(), {});
     const int64_t chunk = runner_.options().prefill_chunk;
+    // A row's drafts within the draft model's positions (which may end
+    // before the target's): the history at 0..n-1 and the drafts fed after
+    // it, all but the last, at n.., so at most max_position - n + 1.
+    std::vector<int32_t> want(k.begin(), k.end());
+    if (const int64_t max_pos = runner_.model().info().max_position; max_pos > 0)
+      for (size_t i = 0; i < rows.size(); ++i)
+        want[i] = int32_t(std::min<int64_t>(want[i], max_pos - int64_t(history[i].size()) + 1));
     // Align each row's sequence with its history: keep the longest common
     // prefix (short of the pending token, whose logits are needed), roll
     // back the rest.
@@ -210,7 +217,7 @@ class ModelDrafter final : public Drafter {
     std::vector<Sequence*> roll;
     std::vector<int64_t> keep;
     for (size_t i = 0; i < rows.size(); ++i) {
-      if (k[i] <= 0) continue;
+      if (want[i] <= 0) continue;
       auto& row = *static_cast<ModelRow*>(rows[i]);
       const auto& held = row.seq->tokens();
       const auto& h = history[i];
@@ -219,6 +226,7 @@ class ModelDrafter final : public Drafter {
       if (c < row.seq->length()) {
         // Recurrent state goes back only to the last capture, and no further.
         if (row.seq->state_slot() >= 0 && (row.seq->marked_length() < 0 || row.seq->marked_length() > c)) {
+          row.seq.reset();  // its slot first: the runner may have no other
           row.seq = runner_.new_sequence();
         } else {
           roll.push_back(row.seq.get());
@@ -256,7 +264,7 @@ class ModelDrafter final : public Drafter {
         // After the pending token: the state the next round rolls back to.
         if (step == 0 && seqs[r]->state_slot() >= 0) seqs[r]->capture();
         drafts[i].push_back(best[r]);
-        if (int32_t(drafts[i].size()) >= k[i]) continue;
+        if (int32_t(drafts[i].size()) >= want[i]) continue;
         next_live.push_back(i);
         next_seqs.push_back(seqs[r]);
         next_tokens.push_back({drafts[i].back()});

@@ -225,6 +225,42 @@ INSTANTIATE_TEST_SUITE_P(Families, DraftModel,
                            return n;
                          });
 
+// A draft model whose positions end before the target's drafts while its
+// positions last, then no more: the output stays plain greedy's.
+TEST(DraftModelLimits, DraftsStopWhereTheDraftModelsPositionsEnd) {
+  TempDir tmp;
+  write_perturbed("qwen3", 0.3f, tmp);
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(tmp.file("config.json")));
+  cfg["max_position_embeddings"] = 32;
+  std::ofstream(tmp.file("config.json")) << cfg.dump(2);
+  auto e = engine_at(dir_of("qwen3"), 2);
+  const auto prompt = prompt_ids(e->info().n_vocab, 9, 16);
+  const Outcome plain = generate(*e, {prompt}, 64, "")[0];
+  const Outcome spec = generate(*e, {prompt}, 64, tmp.path().string(), 3)[0];
+  EXPECT_EQ(spec.ids, plain.ids);
+  EXPECT_GT(spec.drafts.rounds, 0);
+  EXPECT_LE(spec.drafts.drafted, 3 * (32 - 16 + 1));
+}
+
+// A hybrid draft model in a session on an engine of one sequence: a turn
+// that leaves the draft row's history before the row's recurrent-state
+// capture starts the row afresh, giving its slot back first (the runner has
+// no other), and outputs what plain greedy does.
+TEST(DraftModelLimits, AHybridDraftRowRestartsInItsOwnSlot) {
+  auto e = engine_at(kData + "/qwen3_5", 1);
+  const auto prompt = prompt_ids(e->info().n_vocab, 31, 10);
+  const int64_t s = e->open_session();
+  const Outcome first = generate(*e, {prompt}, 20, kData + "/qwen3_5", 3, s)[0];
+  ASSERT_GT(first.drafts.rounds, 0);
+  std::vector<int32_t> turn = prompt;
+  turn.insert(turn.end(), first.ids.begin(), first.ids.begin() + 5);
+  turn.push_back(5);
+  const Outcome second = generate(*e, {turn}, 20, kData + "/qwen3_5", 3, s)[0];
+  e->close_session(s);
+  EXPECT_EQ(second.ids, generate(*e, {turn}, 20, "")[0].ids);
+  EXPECT_GT(second.drafts.rounds, 0);
+}
+
 // Adaptive k: rows ask for fewer drafts where they are rejected (and rest
 // where drafting does not pay); the output stays plain greedy's.
 TEST(AdaptiveK, DraftsLessWhereDraftsFailWithTheSameOutput) {
