@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -55,6 +56,8 @@ void validate(const SpeculationParams& p) {
 }
 
 std::vector<int32_t> read_draft_vocab(const std::string& path) {
+  if (std::filesystem::is_directory(path))
+    fail("[draft vocabulary] '", path, "' is a directory, not a file of token ids");
   std::ifstream in(path);
   if (!in) fail("[draft vocabulary] cannot read '", path, "'");
   std::stringstream buf;

@@ -233,6 +233,9 @@ RequestId Engine::submit(const Prompt& prompt, const RequestParams& params) {
   const int64_t n_vocab = info().n_vocab;
   for (int32_t t : ids)
     if (t < 0 || t >= n_vocab) fail("[engine] prompt token id ", t, " is outside the vocabulary [0, ", n_vocab, ")");
+  for (int32_t t : params.speculation.replay)
+    if (t < 0 || t >= n_vocab)
+      fail("[engine] replay record token id ", t, " is outside the vocabulary [0, ", n_vocab, ")");
 
   auto r = std::make_unique<Live>(params.sampling);
   r->id = next_id_++;
@@ -585,6 +588,14 @@ Drafter& Engine::drafter(const std::string& name, const std::string& vocab_file)
   if (it != drafters_.end()) return *it->second;
   std::unique_ptr<Drafter> d = make_lookup_drafter(name);
   const std::vector<int32_t> vocab = vocab_file.empty() ? std::vector<int32_t>() : read_draft_vocab(vocab_file);
+  for (size_t i = 0; i < vocab.size(); ++i)
+    if (vocab[i] >= info().n_vocab)
+      fail("[draft vocabulary] ", vocab_file, ": token id ", vocab[i], " (entry ", i + 1,
+           ") is outside the model's vocabulary [0, ", info().n_vocab, ")");
+  std::vector<int32_t> sorted = vocab;
+  std::sort(sorted.begin(), sorted.end());
+  if (const auto twice = std::adjacent_find(sorted.begin(), sorted.end()); twice != sorted.end())
+    fail("[draft vocabulary] ", vocab_file, ": token id ", *twice, " is listed twice");
   if (!d && name == "mtp") {
     if (!model_->mtp())
       fail("[speculation] draft 'mtp': this ", info().model_type,

@@ -431,5 +431,36 @@ TEST(DraftErrors, NameWhatIsWrong) {
   EXPECT_TRUE(e->idle());
 }
 
+// A draft vocabulary names its file and entry when it is wrong; a replay
+// record's ids are checked as a prompt's are.
+TEST(DraftErrors, ADraftVocabularyOrReplayRecordNamesWhatIsWrong) {
+  TempDir tmp;
+  auto e = engine_at(kData + "/qwen3_5");
+  auto message = [&](const std::string& draft, const std::string& vocab, std::vector<int32_t> replay = {}) {
+    RequestParams p;
+    p.max_tokens = 4;
+    p.speculation.draft = draft;
+    p.speculation.draft_vocab = vocab;
+    p.speculation.replay = std::move(replay);
+    try {
+      e->submit(Prompt::of_ids({1, 2, 3}), p);
+    } catch (const Error& err) {
+      return std::string(err.what());
+    }
+    return std::string("no error");
+  };
+  const std::string draft = kData + "/qwen3_5";
+  std::ofstream(tmp.file("far.txt")) << "1 2 512 3";
+  EXPECT_NE(message(draft, tmp.file("far.txt")).find("far.txt: token id 512 (entry 3) is outside"), std::string::npos)
+      << message(draft, tmp.file("far.txt"));
+  std::ofstream(tmp.file("twice.txt")) << "1, 2, 1";
+  EXPECT_NE(message(draft, tmp.file("twice.txt")).find("twice.txt: token id 1 is listed twice"), std::string::npos)
+      << message(draft, tmp.file("twice.txt"));
+  EXPECT_NE(message(draft, tmp.path().string()).find("is a directory"), std::string::npos);
+  EXPECT_NE(message("replay", "", {1, 2, 3, 4, 512}).find("replay record token id 512"), std::string::npos)
+      << message("replay", "", {1, 2, 3, 4, 512});
+  EXPECT_TRUE(e->idle());
+}
+
 }  // namespace
 }  // namespace augur
