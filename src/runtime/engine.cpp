@@ -68,6 +68,12 @@ struct Engine::Session {
   Drafter* drafter = nullptr;
   SpeculationParams draft_params;  // of the request that opened it
   std::unique_ptr<DraftRow> draft;
+  // With recurrent state, after a speculating request: the state at the end
+  // of its prompt. Its verify steps moved the sequence's capture on (each
+  // captures before it verifies), and a next turn that leaves the reply
+  // before the last of them (a template rendering the reply otherwise)
+  // resumes here instead of feeding the whole conversation again.
+  SequenceSnapshot prompt_end;
 };
 
 // One request in flight.
@@ -209,6 +215,7 @@ void Engine::restore(int64_t session, const SessionCheckpoint& c) {
   }
   if (!s.seq) s.seq = runner_->new_sequence();
   s.seq->restore(c.seq);
+  s.prompt_end = SequenceSnapshot();
   if (c.drafter == nullptr) {
     s.drafter = nullptr;
     s.draft.reset();
@@ -270,12 +277,21 @@ RequestId Engine::submit(const Prompt& prompt, const RequestParams& params) {
     if (keep == r->prompt.size()) --keep;
     if (keep < held.size() && s.seq->state_slot() >= 0) {
       const int64_t mark = s.seq->marked_length();
-      keep = mark >= 0 && size_t(mark) <= keep ? size_t(mark) : 0;
+      const std::vector<int32_t>& end = s.prompt_end.tokens();
+      if (mark >= 0 && size_t(mark) <= keep) {
+        keep = size_t(mark);
+      } else if (!end.empty() && end.size() <= keep && std::equal(end.begin(), end.end(), r->prompt.begin())) {
+        keep = end.size();
+        s.seq->restore(s.prompt_end);
+      } else {
+        keep = 0;
+      }
     }
+    s.prompt_end = SequenceSnapshot();
     if (keep == 0) {
       s.seq.reset();
       s.seq = runner_->new_sequence();
-    } else if (keep < held.size()) {
+    } else if (int64_t(keep) < s.seq->length()) {
       s.seq->truncate(int64_t(keep));
     }
     s.busy = true;
@@ -778,7 +794,10 @@ void Engine::launch(std::vector<Event>& out) {
       r.fed += tokens[i].size();
       // The end of a session's prompt: its recurrent state is captured, so
       // that the next turn can rewind here.
-      if (!r.prefilling() && r.session && r.seq->state_slot() >= 0) r.seq->capture();
+      if (!r.prefilling() && r.session && r.seq->state_slot() >= 0) {
+        SequenceSnapshot end = r.seq->capture();
+        if (r.drafter) r.session->prompt_end = std::move(end);
+      }
       // The chunk's blocks go to the prefix cache at once (requests arriving
       // meanwhile share them); with recurrent state, the state after it too
       // where it ends on a block boundary or ends the prompt.

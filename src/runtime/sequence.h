@@ -138,6 +138,7 @@ class SequenceSnapshot {
   SequenceSnapshot(SequenceSnapshot&& other) noexcept;
   SequenceSnapshot& operator=(SequenceSnapshot&& other) noexcept;
   int64_t length() const { return int64_t(tokens_.size()); }
+  const std::vector<int32_t>& tokens() const { return tokens_; }
 
  private:
   friend class Sequence;

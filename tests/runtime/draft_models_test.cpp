@@ -170,6 +170,28 @@ TEST_P(Mtp, SessionCheckpointsRestoreTheSequenceAndTheDraftState) {
   e->close_session(s2);
 }
 
+// A next turn that leaves the last reply at its first token (a template
+// rendering the reply otherwise) resumes from the end of the last prompt:
+// the captures speculation takes before each verify do not cost the
+// conversation its prefill.
+TEST_P(Mtp, ANextTurnLeavingTheReplyResumesAtThePromptsEnd) {
+  TempDir tmp;
+  auto e = engine_at(hybrid_with_mtp(GetParam(), tmp), 2);
+  const int64_t V = e->info().n_vocab;
+  const auto prompt = prompt_ids(V, 70, 14);
+  const int64_t s = e->open_session();
+  const Outcome first = generate(*e, {prompt}, 24, "mtp", 3, s)[0];
+  ASSERT_GT(first.drafts.rounds, 0);
+  std::vector<int32_t> turn = prompt;
+  turn.push_back(int32_t((first.ids[0] + 1) % V));
+  turn.insert(turn.end(), first.ids.begin() + 1, first.ids.end());
+  turn.push_back(7);
+  const Outcome second = generate(*e, {turn}, 24, "mtp", 3, s)[0];
+  e->close_session(s);
+  EXPECT_EQ(second.cached, int64_t(prompt.size()));
+  EXPECT_EQ(second.ids, generate(*e, {turn}, 24, "")[0].ids);
+}
+
 INSTANTIATE_TEST_SUITE_P(Hybrids, Mtp, ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_next", "augur-tiny"),
                          [](const auto& info) {
                            std::string n = info.param;
