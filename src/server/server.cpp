@@ -236,8 +236,10 @@ struct Server::Impl {
     std::string path = uri ? uri : "";
     if (const size_t q = path.find('?'); q != std::string::npos) path.resize(q);
     const evhttp_cmd_type method = evhttp_request_get_command(req);
+    // HEAD goes where GET does (libevent sends its headers without the body).
     auto want = [&](evhttp_cmd_type m) {
-      if (method == m) return true;
+      if (method == m || (m == EVHTTP_REQ_GET && method == EVHTTP_REQ_HEAD)) return true;
+      evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", m == EVHTTP_REQ_GET ? "GET, HEAD" : "POST");
       reply_error(req, path, ApiError{405, "method not allowed on " + path, "invalid_request_error", ""});
       return false;
     };

@@ -346,7 +346,13 @@ check("edge values: deep nesting, nulls, a tiny temperature, wrong methods, unkn
   // Wrong methods and unknown paths get JSON; unknown paths count under one label.
   const put = await fetch(b + "/v1/completions", { method: "PUT", body: "{}" });
   assert.equal(put.status, 405);
+  assert.equal(put.headers.get("allow"), "POST");
   assert.ok((await put.json()).error);
+  const head = await fetch(b + "/health", { method: "HEAD" });
+  assert.equal(head.status, 200);
+  const del = await fetch(b + "/v1/models", { method: "DELETE" });
+  assert.equal(del.status, 405);
+  assert.equal(del.headers.get("allow"), "GET, HEAD");
   const lost = await fetch(b + "/no-such-path-" + Date.now());
   assert.equal(lost.status, 404);
   assert.ok((await lost.json()).error);
