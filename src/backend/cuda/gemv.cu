@@ -321,34 +321,18 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
   __syncthreads();
 
   if (warp == kStreamConsumers) {  // the producer: weights only, so no PDL wait
-    // Where K spans several chunks, as many of the warp's lanes as a stage
-    // has rows issue their copies at once (lane 0 waits for the slot and
-    // sets the bytes expected first): a short last chunk (K = 2560, 3072)
-    // makes stages of fewer bytes, and one thread issuing them in turn
-    // capped the stream where memory is fast against the SMs (on the H200
-    // it held qwen3-4b's decode at 63% of copy against 70% with lanes).
-    // With one chunk a row one thread keeps up, and lanes cost (qwen3-1.7b
-    // decoded 4% slower).
-    const bool lanes = n_chunks > 1;
-    if (!lanes && lane != 0) return;
+    if (lane != 0) return;
     // Stage i: step j = i / H, its rows h * R.. of the group (none past a
     // short group's end: the stage then only completes its phase).
     for (int i = 0; i < n_steps * H; ++i) {
       const int slot = i % slots;
-      if (i >= slots && lane == 0) mbar_wait(&empty[slot], uint32_t(i / slots - 1) & 1u);
+      if (i >= slots) mbar_wait(&empty[slot], uint32_t(i / slots - 1) & 1u);
       const int j = i / H, h = i % H, g = j / n_chunks, k0 = j % n_chunks * KC;
       const int rows = max(0, min(R, n_units - group_unit(g) - h * R)), len = min(KC, K - k0);
-      if (lane == 0) mbar_arrive_expect_tx(&full[slot], uint32_t(rows * len) * 2u);
-      if (lanes) {
-        __syncwarp();
-        if (lane < rows)
-          bulk_copy_g2s(ring + (size_t(slot) * R + lane) * KC, w + row_of(g, h * R + lane) * K + k0,
-                        uint32_t(len) * 2u, &full[slot]);
-      } else {
-        for (int r = 0; r < rows; ++r)
-          bulk_copy_g2s(ring + (size_t(slot) * R + r) * KC, w + row_of(g, h * R + r) * K + k0, uint32_t(len) * 2u,
-                        &full[slot]);
-      }
+      mbar_arrive_expect_tx(&full[slot], uint32_t(rows * len) * 2u);
+      for (int r = 0; r < rows; ++r)
+        bulk_copy_g2s(ring + (size_t(slot) * R + r) * KC, w + row_of(g, h * R + r) * K + k0, uint32_t(len) * 2u,
+                      &full[slot]);
     }
     return;
   }
