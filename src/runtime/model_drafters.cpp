@@ -127,9 +127,24 @@ class MtpDrafter final : public Drafter {
       if (k[i] <= 0 || row.base < 0 || row.committed() != pending_at || row.pending.empty()) continue;
       row.seq->truncate(row.n_valid);  // the last round's chained entries
       const int64_t first = row.base + row.n_valid;
-      tokens.emplace_back(history[i].begin() + first + 1, history[i].end());
-      hidden_in.insert(hidden_in.end(), row.pending.begin(), row.pending.end());
-      row.n_valid += int64_t(tokens.back().size());
+      const std::span<const int32_t> run = history[i].subspan(size_t(first + 1));
+      // A long run (a prompt's entries, committed chunk by chunk) goes
+      // through the head a prefill chunk at a time, as the target fed it,
+      // all but its last chunk here: one forward over a whole long prompt
+      // would need activations for all of it.
+      const int64_t chunk = runner_.options().prefill_chunk;
+      int64_t lead = 0;
+      for (; int64_t(run.size()) - lead > chunk; lead += chunk) {
+        Sequence* one[] = {row.seq.get()};
+        const std::span<const int32_t> part[] = {run.subspan(size_t(lead), size_t(chunk))};
+        const int32_t none[] = {0};
+        HiddenIo io;
+        io.in = host_rows({row.pending.begin() + lead * d, row.pending.begin() + (lead + chunk) * d}, d);
+        runner_.step(one, part, none, LogitsOn::Device, io);
+      }
+      tokens.emplace_back(run.begin() + lead, run.end());
+      hidden_in.insert(hidden_in.end(), row.pending.begin() + lead * d, row.pending.end());
+      row.n_valid += int64_t(run.size());
       row.pending.clear();
       live.push_back(i);
       seqs.push_back(row.seq.get());

@@ -192,6 +192,28 @@ TEST_P(Mtp, ANextTurnLeavingTheReplyResumesAtThePromptsEnd) {
   EXPECT_EQ(second.ids, generate(*e, {turn}, 24, "")[0].ids);
 }
 
+// A prompt longer than a step's tokens reaches the MTP head a chunk at a
+// time, as the target fed it: the head drafts what it drafts from one
+// forward over the prompt, and the output stays plain greedy's.
+TEST_P(Mtp, ALongPromptReachesTheHeadInChunks) {
+  TempDir tmp;
+  const std::string dir = hybrid_with_mtp(GetParam(), tmp);
+  const auto prompt = prompt_ids(load_model(dir)->info().n_vocab, 80, 150);
+  std::vector<Outcome> runs;
+  for (int64_t step_tokens : {int64_t(512), int64_t(32)}) {
+    EngineOptions eo;
+    eo.max_cached_tokens = 8192;
+    eo.max_sequences = 1;
+    eo.step_tokens = step_tokens;
+    Engine e(load_model(dir), std::nullopt, eo);
+    runs.push_back(generate(e, {prompt}, 24, "mtp", 3)[0]);
+    EXPECT_EQ(runs.back().ids, generate(e, {prompt}, 24, "")[0].ids) << "step_tokens " << step_tokens;
+  }
+  EXPECT_GT(runs[0].drafts.rounds, 0);
+  EXPECT_EQ(runs[1].drafts.drafted, runs[0].drafts.drafted);
+  EXPECT_EQ(runs[1].drafts.accepted, runs[0].drafts.accepted);
+}
+
 INSTANTIATE_TEST_SUITE_P(Hybrids, Mtp, ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_next", "augur-tiny"),
                          [](const auto& info) {
                            std::string n = info.param;
