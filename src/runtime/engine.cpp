@@ -394,7 +394,7 @@ void Engine::accept(Live& r, int32_t token, const float* logits_row, std::vector
     // and HF decodes a run whole); where the run as it stands completes a
     // stop string, the request stops on this token, and the run grows no
     // more, so finish's flush finds the stop in the same text.
-    stopped = t.stopped || r.stopper->would_stop(r.decoder->pending());
+    stopped = t.stopped || (!r.stopper->empty() && r.stopper->would_stop(r.decoder->pending()));
   }
   for (int32_t s : r.stop_ids) stopped |= (s == token);
   if (stopped)

@@ -144,8 +144,10 @@ void Scheduler::loop() {
         const RequestId id = engine_.submit(Prompt::of_ids(w.ids), w.params);
         running_[id] = Running{w.ticket, std::move(w.sink), reserve};
         reserved_blocks_ += reserve;
-      } catch (const std::exception& e) {  // a bad request, or one that could not be encoded or admitted
+      } catch (const Error& e) {  // a bad request
         w.sink.error(w.ticket, e.what());
+      } catch (const std::exception& e) {  // anything else fails the request alone
+        w.sink.error(w.ticket, std::string("internal error: ") + e.what());
       }
       pending.pop_front();
     }

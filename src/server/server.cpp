@@ -24,6 +24,7 @@
 
 #include "core/error.h"
 #include "server/openai.h"
+#include "tokenizer/unicode.h"
 
 namespace augur::server {
 
@@ -190,6 +191,14 @@ struct Server::Impl {
   void reply(evhttp_request* req, int status, const std::string& body, const char* type = "application/json") {
     evkeyvalq* h = evhttp_request_get_output_headers(req);
     evhttp_add_header(h, "Content-Type", type);
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
+      // The headers GET would get, no body: libevent 2.1 would send one
+      // (and no Content-Length), which a kept-alive client reads as the
+      // start of its next response.
+      evhttp_add_header(h, "Content-Length", std::to_string(body.size()).c_str());
+      evhttp_send_reply(req, status, status_text(status), nullptr);
+      return;
+    }
     evbuffer* b = evbuffer_new();
     evbuffer_add(b, body.data(), body.size());
     evhttp_send_reply(req, status, status_text(status), b);
@@ -236,7 +245,7 @@ struct Server::Impl {
     std::string path = uri ? uri : "";
     if (const size_t q = path.find('?'); q != std::string::npos) path.resize(q);
     const evhttp_cmd_type method = evhttp_request_get_command(req);
-    // HEAD goes where GET does (libevent sends its headers without the body).
+    // HEAD goes where GET does (reply() sends the headers alone).
     auto want = [&](evhttp_cmd_type m) {
       if (method == m || (m == EVHTTP_REQ_GET && method == EVHTTP_REQ_HEAD)) return true;
       evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", m == EVHTTP_REQ_GET ? "GET, HEAD" : "POST");
@@ -412,8 +421,8 @@ struct Server::Impl {
   }
 
   void fail_call(Call* c, const std::string& message) {
-    const bool engine_failed = message.rfind("the engine failed", 0) == 0;
-    fail_call(c, ApiError{engine_failed ? 500 : 400, message, engine_failed ? "server_error" : "invalid_request_error", ""});
+    const bool ours = message.rfind("the engine failed", 0) == 0 || message.rfind("internal error", 0) == 0;
+    fail_call(c, ApiError{ours ? 500 : 400, message, ours ? "server_error" : "invalid_request_error", ""});
   }
 
   void fail_call(Call* c, const ApiError& e) {
@@ -442,7 +451,9 @@ struct Server::Impl {
 
   TokenText token_text() const {
     const TextModel* t = engine.text();
-    return {[t](int32_t id) { return t ? t->tokenizer.decode(std::span<const int32_t>(&id, 1), false) : std::to_string(id); },
+    // The text is the bytes' (U+FFFD for part of a character), so that
+    // token and bytes agree, a leading space included.
+    return {[t](int32_t id) { return t ? tok::utf8_lossy(t->tokenizer.token_bytes(id)) : std::to_string(id); },
             [t](int32_t id) { return t ? t->tokenizer.token_bytes(id) : std::to_string(id); }};
   }
 

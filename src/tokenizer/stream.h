@@ -61,6 +61,7 @@ class StopMatcher {
   std::string flush();
   // Whether feeding `text` would find a stop string (nothing is fed).
   bool would_stop(std::string_view text) const;
+  bool empty() const { return stops_.empty(); }  // no stop strings
   bool stopped() const { return stopped_; }
 
  private:

@@ -167,6 +167,7 @@ std::string Tokenizer::id_to_token(int32_t id) const {
 std::string Tokenizer::token_bytes(int32_t id) const {
   std::string_view text;
   if (!impl_->token_text(id, false, text)) return {};
+  if (!impl_->decoder) return std::string(text);  // decode() joins such tokens with spaces
   // Decoded after a copy of itself, less that copy's bytes: decoders that
   // treat the text's first token apart (Metaspace, Strip) see it mid-text.
   std::vector<std::string> one{std::string(text)}, two{std::string(text), std::string(text)};
