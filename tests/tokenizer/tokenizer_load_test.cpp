@@ -69,6 +69,30 @@ std::string load_error(const nlohmann::json& j, std::string* file = nullptr) {
   return "";
 }
 
+// token_bytes under a SentencePiece-style decoder (Llama 2, Mistral:
+// "▁" to a space, byte fallback, the text's leading space stripped): a
+// token's bytes as it adds them mid-text, its leading space kept, and the
+// raw byte of a byte-fallback token, where decode gives "Hello" and U+FFFD.
+TEST(TokenizerLoad, TokenBytesUnderAStrippingByteFallbackDecoder) {
+  const Tokenizer tok = Tokenizer::from_json(nlohmann::json::parse(R"({
+    "model": {"type": "BPE", "byte_fallback": true, "merges": [],
+              "vocab": {"\u2581Hello": 0, "<0xE4>": 1, "<0xB8>": 2, "<0xAD>": 3, "a": 4}},
+    "decoder": {"type": "Sequence", "decoders": [
+      {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+      {"type": "ByteFallback"}, {"type": "Fuse"},
+      {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+  })"));
+  EXPECT_EQ(tok.decode(std::vector<int32_t>{0}), "Hello");
+  EXPECT_EQ(tok.token_bytes(0), " Hello");
+  EXPECT_EQ(tok.decode(std::vector<int32_t>{1}), "\xEF\xBF\xBD");
+  EXPECT_EQ(tok.token_bytes(1), "\xE4");
+  std::string all;
+  for (int32_t id : {0, 1, 2, 3, 4}) all += tok.token_bytes(id);
+  EXPECT_EQ(all, " Hello\xE4\xB8\xAD" "a");
+  EXPECT_EQ(tok.decode(std::vector<int32_t>{0, 1, 2, 3, 4}), "Hello\xE4\xB8\xAD" "a");
+  EXPECT_EQ(tok.token_bytes(99), "");
+}
+
 TEST(TokenizerLoad, TinyTokenizerWorks) {
   const Tokenizer tok = Tokenizer::from_json(tiny());
   EXPECT_EQ(tok.encode("ab ab<eos>"), (std::vector<int32_t>{2, 4, 5}));
