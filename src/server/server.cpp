@@ -87,6 +87,7 @@ struct Server::Impl {
     int open = 0;          // choices not done
     bool started = false;  // the event stream's headers went out
     bool failed = false;
+    bool any_token = false;  // a request's first token, of whichever choice, is its TTFT
     Usage usage;
     Clock::time_point t0;
   };
@@ -470,11 +471,10 @@ struct Server::Impl {
     Choice& ch = c->choices[size_t(i)];
     const Clock::time_point now = Clock::now();
     if (!e.ids.empty()) {
-      if (!ch.any_token)
-        metrics.ttft.observe(seconds(c->t0, now));
-      else
+      if (!c->any_token) metrics.ttft.observe(seconds(c->t0, now));
+      if (ch.any_token)
         for (size_t k = 0; k < e.ids.size(); ++k) metrics.itl.observe(seconds(ch.last, now) / double(e.ids.size()));
-      ch.any_token = true;
+      c->any_token = ch.any_token = true;
       ch.last = now;
     }
     ch.out.text += e.text;

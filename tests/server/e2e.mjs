@@ -431,6 +431,12 @@ check("metrics", async () => {
   assert.ok(m.get("augur_generation_tokens_total") > 100);
   assert.ok(m.get("augur_time_to_first_token_seconds_count") > 10);
   assert.match(m.text, /augur_requests_total\{endpoint="\/v1\/completions",status="200"\} \d+/);
+  // One request of three choices is one time to first token, and its
+  // choices' later tokens are inter-token gaps.
+  await client.completions.create({ model: "augur-tiny", prompt: "Count", max_tokens: 4, n: 3, temperature: 0.7, seed: 5, ignore_eos: true });
+  const after = await metrics(srv.base);
+  assert.equal(after.get("augur_time_to_first_token_seconds_count"), m.get("augur_time_to_first_token_seconds_count") + 1);
+  assert.equal(after.get("augur_inter_token_latency_seconds_count"), m.get("augur_inter_token_latency_seconds_count") + 9);
 });
 
 // ---- run ----
