@@ -225,6 +225,7 @@ int bench(const BenchArgs& a) {
   } else {
     validate(a.spec);
   }
+  if (!a.spec.draft.empty()) check_draft_source(a.spec.draft, nullptr);
   const std::vector<int64_t> prompts = parse_list(a.prompts, "--prompt");
   const int64_t prompt_len = prompts[0];  // the decode runs' context
   const auto names = synthetic_model_names();
@@ -244,6 +245,7 @@ int bench(const BenchArgs& a) {
                name.c_str(), std::string(device_name(device)).c_str());
   auto model = a.synthetic.empty() ? load_model(a.model, device) : make_synthetic_model(a.synthetic, 1, device);
   const ModelInfo& info = model->info();
+  if (!a.spec.draft.empty()) check_draft_source(a.spec.draft, model.get());
   std::mt19937 rng(7);
 
   // Prefill: one sequence, the whole prompt in one forward, per prompt length.

@@ -8,6 +8,7 @@
 
 #include "backend/ops.h"
 #include "core/error.h"
+#include "model/model.h"
 
 namespace augur {
 
@@ -53,6 +54,18 @@ void validate(const SpeculationParams& p) {
   if (p.k < 1 || p.k > 16) fail("[speculation] draft tokens must be in [1, 16], got ", p.k);
   if (p.ngram.min_n < 1 || p.ngram.max_n < p.ngram.min_n)
     fail("[speculation] n-gram lengths need 1 <= min (", p.ngram.min_n, ") <= max (", p.ngram.max_n, ")");
+}
+
+void check_draft_source(const std::string& draft, const Model* target) {
+  if (draft == "ngram" || draft == "replay") return;
+  if (draft == "mtp") {
+    if (target && !target->mtp())
+      fail("[speculation] draft 'mtp': this ", target->info().model_type,
+           " checkpoint has no MTP head (no mtp.* tensors, or mtp_num_hidden_layers is 0)");
+    return;
+  }
+  if (!std::filesystem::is_directory(draft))
+    fail("[speculation] draft '", draft, "' is none of ngram, mtp, replay or a model directory");
 }
 
 std::vector<int32_t> read_draft_vocab(const std::string& path) {

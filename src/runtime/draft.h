@@ -81,6 +81,13 @@ struct SpeculationParams {
 // Throws augur::Error naming the field when a parameter is out of range.
 void validate(const SpeculationParams& p);
 
+class Model;
+// Throws augur::Error unless `draft` names a source: ngram, replay, mtp (the
+// target's MTP head, where `target` has one), or a model directory; with
+// target null only the name is checked. Cheap: callers check before they
+// load or time anything.
+void check_draft_source(const std::string& draft, const Model* target);
+
 // A row's drafting state as a value, captured beside its target sequence's
 // (SequenceSnapshot): tagged with the source's schema and the number of
 // target tokens it covers. Copies share the (immutable) captured state.

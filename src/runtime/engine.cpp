@@ -5,8 +5,6 @@
 #include <cmath>
 #include <cstring>
 
-#include <filesystem>
-
 #include "backend/device.h"
 #include "core/error.h"
 #include "runtime/model_drafters.h"
@@ -602,6 +600,7 @@ Drafter& Engine::drafter(const std::string& name, const std::string& vocab_file)
   const std::string key = name + "\n" + vocab_file;
   auto it = drafters_.find(key);
   if (it != drafters_.end()) return *it->second;
+  check_draft_source(name, model_.get());
   std::unique_ptr<Drafter> d = make_lookup_drafter(name);
   const std::vector<int32_t> vocab = vocab_file.empty() ? std::vector<int32_t>() : read_draft_vocab(vocab_file);
   for (size_t i = 0; i < vocab.size(); ++i)
@@ -612,17 +611,8 @@ Drafter& Engine::drafter(const std::string& name, const std::string& vocab_file)
   std::sort(sorted.begin(), sorted.end());
   if (const auto twice = std::adjacent_find(sorted.begin(), sorted.end()); twice != sorted.end())
     fail("[draft vocabulary] ", vocab_file, ": token id ", *twice, " is listed twice");
-  if (!d && name == "mtp") {
-    if (!model_->mtp())
-      fail("[speculation] draft 'mtp': this ", info().model_type,
-           " checkpoint has no MTP head (no mtp.* tensors, or mtp_num_hidden_layers is 0)");
-    d = make_mtp_drafter(*model_->mtp(), vocab, runner_->options());
-  }
-  if (!d) {
-    if (!std::filesystem::is_directory(name))
-      fail("[speculation] draft '", name, "' is none of ngram, mtp, replay or a model directory");
-    d = make_model_drafter(load_model(name, info().placement), info(), vocab, runner_->options());
-  }
+  if (!d && name == "mtp") d = make_mtp_drafter(*model_->mtp(), vocab, runner_->options());
+  if (!d) d = make_model_drafter(load_model(name, info().placement), info(), vocab, runner_->options());
   return *(drafters_[key] = std::move(d));
 }
 

@@ -216,6 +216,14 @@ TEST(Cli, BadArgumentsAreClearErrors) {
   expect_error(run("bench --synthetic nope"), {"nope", "qwen3-0.6b"});
   expect_error(run("bench"), {"--synthetic"});
   expect_error(run("bench " + kData + "/qwen3 --synthetic qwen3-0.6b"), {"one of them"});
+  // A draft source that is none fails before anything is measured; the MTP
+  // head a checkpoint lacks, once it is loaded, before any prefill is timed.
+  Result r = run("bench --synthetic qwen3-0.6b --device cpu --draft /nonexistent/draft");
+  expect_error(r, {"/nonexistent/draft", "ngram, mtp, replay"});
+  EXPECT_EQ(r.out.find("measuring"), std::string::npos) << r.out;
+  r = run("bench " + kData + "/qwen3 --device cpu --prompt 8 --gen 2 --draft mtp");
+  expect_error(r, {"'mtp'", "qwen3", "no MTP head"});
+  EXPECT_EQ(r.out.find("prefill"), std::string::npos) << r.out;
 }
 
 // run --draft ngram prints plain greedy's ids and what speculation did.
