@@ -556,7 +556,7 @@ void Engine::make_room() {
     for (auto& [id, r] : live_) {
       if (r->done || r->parked) continue;
       if (!r->prefilling()) {
-        n += r->seq->blocks_needed(1 + (r->draft ? r->params.speculation.k : 0));
+        n += r->seq->blocks_needed(1 + draft_cap(*r));
       } else if (budget > 0) {
         const int64_t c = std::min<int64_t>(int64_t(r->input.size() - r->fed), budget);
         budget -= c;
@@ -625,15 +625,25 @@ void Engine::prepare_speculation(const SpeculationParams& params) {
   runner_->warm_up(0, 1 + params.k);  // the target's verify windows
 }
 
-int32_t Engine::draft_budget(Live& r, int64_t room) {
+// The most drafts a decoding row may take this step: room for them and the
+// bonus token within its max_tokens, positions within the model's, and its
+// adaptive k (none while it rests). make_room reserves blocks for this many;
+// draft_budget asks the source for as many.
+int32_t Engine::draft_cap(const Live& r) const {
+  if (!r.draft) return 0;
   const SpeculationParams& p = r.params.speculation;
+  int64_t room = r.params.max_tokens - int64_t(r.generated.size()) - 1;
+  if (info().max_position > 0) room = std::min(room, info().max_position - r.seq->length() - 1);
   if (room <= 0) return 0;
   if (!p.adaptive) return int32_t(std::min<int64_t>(room, p.k));
-  if (r.pause > 0) {
-    --r.pause;
-    return 0;
-  }
+  if (r.pause > 0) return 0;
   return int32_t(std::min<int64_t>(room, r.k_now));
+}
+
+int32_t Engine::draft_budget(Live& r) {
+  const int32_t k = draft_cap(r);
+  if (r.params.speculation.adaptive && r.pause > 0) --r.pause;
+  return k;
 }
 
 // After a round of `drafted` drafts that kept `accepted`: the next round asks
@@ -685,14 +695,10 @@ void Engine::launch(std::vector<Event>& out) {
     std::vector<std::vector<int32_t>> histories;
     std::vector<int32_t> k;
     for (Live* r : group) {
-      // Drafts while the request has room for them and the bonus token, and
-      // the positions stay within the model's.
-      int64_t room = r->params.max_tokens - int64_t(r->generated.size()) - 1;
-      if (info().max_position > 0) room = std::min(room, info().max_position - r->seq->length() - 1);
       states.push_back(r->draft);
       histories.push_back(r->prompt);
       histories.back().insert(histories.back().end(), r->generated.begin(), r->generated.end());  // ends with pending
-      k.push_back(draft_budget(*r, room));
+      k.push_back(draft_budget(*r));
     }
     std::vector<std::span<const int32_t>> spans(histories.begin(), histories.end());
     std::vector<std::vector<int32_t>> drafts;

@@ -195,7 +195,8 @@ class Engine {
   void preempt(Live& r);
   void make_room();
   Drafter& drafter(const std::string& name, const std::string& vocab_file);
-  int32_t draft_budget(Live& r, int64_t room);
+  int32_t draft_cap(const Live& r) const;
+  int32_t draft_budget(Live& r);
   void adapt(Live& r, int64_t drafted, int64_t accepted);
 
   std::unique_ptr<Model> model_;

@@ -258,6 +258,42 @@ TEST(SpeculativeRequests, BadParametersAreClearErrors) {
   expect_error(submit([](RequestParams& p) { p.speculation.draft = "replay"; }), "record");
 }
 
+// Before a step, rows get blocks for the drafts they may take, not for k:
+// two rows of 8 tokens with 6 to make take one block each (at most 1 + 4
+// tokens fed a step), so in a cache of two blocks neither is preempted for
+// the 1 + 16 a k of 16 would cover, and their output is plain greedy's.
+TEST(SpeculativeRequests, RowsReserveBlocksForTheDraftsTheyMayTake) {
+  EngineOptions eo;
+  eo.max_cached_tokens = 32;  // two blocks of 16
+  eo.max_sequences = 2;
+  Engine e(load_model(dir_of("qwen3")), std::nullopt, eo);
+  const std::vector<std::vector<int32_t>> prompts = {looping_prompt(e.info().n_vocab, 41, 8),
+                                                     looping_prompt(e.info().n_vocab, 42, 8)};
+  const auto plain = generate(e, prompts, 6, "");
+  RequestParams p;
+  p.ignore_eos = true;
+  p.max_tokens = 6;
+  p.speculation.draft = "replay";
+  p.speculation.k = 16;
+  p.speculation.adaptive = false;
+  std::map<RequestId, std::vector<int32_t>> got;
+  std::vector<RequestId> ids;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    p.speculation.replay = prompts[i];
+    p.speculation.replay.insert(p.speculation.replay.end(), plain[i].ids.begin(), plain[i].ids.end());
+    ids.push_back(e.submit(Prompt::of_ids(prompts[i]), p));
+  }
+  int64_t rounds = 0;
+  while (!e.idle())
+    for (Event& ev : e.step()) {
+      got[ev.id].insert(got[ev.id].end(), ev.ids.begin(), ev.ids.end());
+      rounds += ev.drafts.rounds;
+    }
+  EXPECT_EQ(e.preemptions(), 0);
+  EXPECT_GT(rounds, 0);
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[ids[i]], plain[i].ids) << "row " << i;
+}
+
 // With penalties (each verify position counts the drafts before it as
 // generated), logprobs and a session's second turn, speculative greedy
 // decoding still gives plain greedy's ids and log-probabilities.
