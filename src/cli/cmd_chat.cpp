@@ -37,11 +37,17 @@ int chat(const ChatArgs& a) {
   const SamplingParams sampling = a.sampling.resolve(a.model);
   TextModel text = TextModel::load(a.model);
   if (!text.chat) fail("[cli] chat: ", a.model, " has no chat_template");
+  if (a.max_tokens < 1) fail("[cli] chat: --max-tokens must be positive, got ", a.max_tokens);
+  if (a.ctx < 1) fail("[cli] chat: --ctx must be positive, got ", a.ctx);
   const Device device = a.device.empty() ? default_device() : parse_device(a.device);
+  auto model = load_model(a.model, device);
+  // The conversation lives within the cache and the model's positions.
+  const int64_t max_position = model->info().max_position;
+  const int64_t ctx = max_position > 0 ? std::min(a.ctx, max_position) : a.ctx;
   EngineOptions eo;
-  eo.max_cached_tokens = a.ctx;
+  eo.max_cached_tokens = ctx;
   eo.max_sequences = 1;
-  Engine engine(load_model(a.model, device), std::move(text), eo);
+  Engine engine(std::move(model), std::move(text), eo);
   SpeculationParams speculation;
   speculation.draft = a.draft;
   speculation.k = a.draft_tokens;
@@ -70,13 +76,26 @@ int chat(const ChatArgs& a) {
     if (line.empty()) continue;
     messages.push_back({{"role", "user"}, {"content", line}});
     const Prompt prompt = Prompt::of_chat(messages);
-    const int64_t n_prompt = int64_t(engine.encode(prompt).size());
-    if (n_prompt + a.max_tokens > a.ctx)
-      fail("[cli] chat: the conversation (", n_prompt, " tokens) plus --max-tokens ", a.max_tokens,
-           " exceeds --ctx ", a.ctx, "; /reset to start over");
+    // A turn that does not fit is refused and forgotten; the conversation
+    // goes on. A reply that would pass the end is cut short (finish
+    // "length").
+    int64_t n_prompt = 0;
+    try {
+      n_prompt = int64_t(engine.encode(prompt).size());
+    } catch (const Error& e) {
+      std::fprintf(stderr, "augur: error: %s\n", e.what());
+      messages.erase(messages.end() - 1);
+      continue;
+    }
+    if (n_prompt >= ctx) {
+      std::fprintf(stderr, "augur: the conversation (%lld tokens) leaves no room for a reply in %lld tokens%s; /reset to start over\n",
+                   (long long)n_prompt, (long long)ctx, ctx < a.ctx ? " (the model's positions)" : " (--ctx)");
+      messages.erase(messages.end() - 1);
+      continue;
+    }
 
     RequestParams params;
-    params.max_tokens = a.max_tokens;
+    params.max_tokens = std::min(a.max_tokens, ctx - n_prompt);
     params.sampling = sampling;
     params.stop = a.stops;
     params.session = session;
@@ -96,6 +115,8 @@ int chat(const ChatArgs& a) {
     if (!a.draft.empty())
       std::fprintf(stderr, "; %lld of %lld drafts accepted", (long long)res.drafts.accepted,
                    (long long)res.drafts.drafted);
+    if (res.finish == FinishReason::Length && res.usage.completion_tokens < a.max_tokens)
+      std::fprintf(stderr, "; cut short: the context is full");
     std::fprintf(stderr, "]\n");
     messages.push_back({{"role", "assistant"}, {"content", reply}});
   }
@@ -110,7 +131,7 @@ Handler add_chat(CLI::App& app) {
   cmd->add_option("model", a->model, "Model directory (with tokenizer.json and a chat template)")->capture_default_str();
   cmd->add_option("--system", a->system, "System message");
   cmd->add_option("-n,--max-tokens", a->max_tokens, "Most tokens per reply")->capture_default_str();
-  a->sampling.add_to(cmd, /*penalties=*/false);
+  a->sampling.add_to(cmd);
   cmd->add_option("--stop", a->stops, "Stop a reply when it contains this text (repeatable)");
   cmd->add_option("--ctx", a->ctx, "KV cache capacity in tokens")->capture_default_str();
   cmd->add_option("--device", a->device, "cpu | cuda (default: cuda when a GPU is present)");

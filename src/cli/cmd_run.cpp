@@ -97,16 +97,28 @@ int run(const RunArgs& a) {
     prompt = Prompt::of_ids(std::move(ids));
   }
 
+  if (a.block_size < 1 || a.block_size > 4096) fail("[cli] --block-size must be in [1, 4096], got ", a.block_size);
+  if (a.prefill_chunk < 1) fail("[cli] --prefill-chunk must be positive, got ", a.prefill_chunk);
+  if (a.ctx < 0) fail("[cli] --ctx must be positive, got ", a.ctx);
   const Device device = a.device.empty() ? default_device() : parse_device(a.device);
+  auto model = load_model(a.model, device);
+  // The sequence ends where the model's positions do (finish "length"), so
+  // the cache need not hold more.
+  const int64_t max_position = model->info().max_position;
+  if (max_position > 0 && n_prompt > max_position)
+    fail("[cli] the prompt (", n_prompt, " tokens) is longer than the model's ", max_position,
+         " positions (max_position_embeddings)");
+  const int64_t want = n_prompt + std::min<int64_t>(a.max_tokens, int64_t(1) << 40);
+  const int64_t holds = max_position > 0 ? std::min(want, max_position) : want;
   EngineOptions eo;
   eo.block_size = a.block_size;
   eo.step_tokens = a.prefill_chunk;
   eo.max_sequences = 1;
-  eo.max_cached_tokens = a.ctx > 0 ? a.ctx : n_prompt + a.max_tokens + 1;
-  if (n_prompt + a.max_tokens > eo.max_cached_tokens)
+  eo.max_cached_tokens = a.ctx > 0 ? a.ctx : holds + 1;
+  if (holds > eo.max_cached_tokens)
     fail("[cli] --ctx ", eo.max_cached_tokens, " cannot hold the prompt (", n_prompt, ") plus --max-tokens ",
          a.max_tokens);
-  Engine engine(load_model(a.model, device), std::move(text), eo);
+  Engine engine(std::move(model), std::move(text), eo);
   const ModelInfo& info = engine.info();
 
   RequestParams params;
@@ -192,7 +204,7 @@ Handler add_run(CLI::App& app) {
   cmd->add_option("--system", a->system, "System message for --chat");
   cmd->add_option("--stop", a->stops, "Stop when the output contains this text (repeatable)");
   cmd->add_option("-n,--max-tokens", a->max_tokens, "Tokens to generate")->capture_default_str();
-  a->sampling.add_to(cmd, /*penalties=*/true);
+  a->sampling.add_to(cmd);
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the model's EOS tokens");
   cmd->add_flag("--json", a->json, "Print one JSON object");
   cmd->add_option("--logits-out", a->logits_out, "Write prompt_logits [n_prompt, n_vocab] as safetensors");

@@ -49,6 +49,10 @@ int serve(const ServeArgs& a) {
   if (a.max_batch <= 0) fail("[cli] serve: --max-batch must be positive");
   if (a.memory_fraction < 0 || a.memory_fraction > 1) fail("[cli] serve: --memory-fraction must be in (0, 1]");
   if (a.ctx < 0) fail("[cli] serve: --ctx must be positive");
+  if (a.ctx > 0 && a.memory_fraction > 0) fail("[cli] serve: give --ctx or --memory-fraction, not both");
+  if (a.default_max_tokens < 1) fail("[cli] serve: --default-max-tokens must be positive, got ", a.default_max_tokens);
+  if (a.max_queue < 0) fail("[cli] serve: --max-queue must not be negative");
+  if (a.step_tokens < 1) fail("[cli] serve: --step-tokens must be positive");
   if (a.port < 0 || a.port > 65535) fail("[cli] serve: --port must be 0-65535");
   const Device device = a.device.empty() ? default_device() : parse_device(a.device);
   std::optional<TextModel> text;

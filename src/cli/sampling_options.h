@@ -14,7 +14,7 @@ namespace augur::cli {
 // false or absent means greedy; do_sample true with no top_k means top_k 50.
 class SamplingOptions {
  public:
-  void add_to(CLI::App* cmd, bool penalties);
+  void add_to(CLI::App* cmd);
   // The parameters for the model in `dir`, validated.
   SamplingParams resolve(const std::string& dir) const;
 

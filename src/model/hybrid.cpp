@@ -123,6 +123,17 @@ MoeWeights load_moe(WeightSource& w, const std::string& p, int64_t d_model, cons
       gate_up.push_back(gu.slice_rows(x, x + 1).reshape({2 * I, d_model}));
       down.push_back(dn.slice_rows(x, x + 1).reshape({d_model, I}));
     }
+  } else if (w.has(p + "mlp.switch_mlp.gate_proj.weight")) {
+    // mlx-lm's SwitchGLU: gate and up [E, I, d], down [E, d, I].
+    const std::string q = p + "mlp.switch_mlp.";
+    const Tensor g = w.matrix(q + "gate_proj.weight", {E, I, d_model});
+    const Tensor u = w.matrix(q + "up_proj.weight", {E, I, d_model});
+    const Tensor dn = w.matrix(q + "down_proj.weight", {E, d_model, I});
+    for (int64_t x = 0; x < E; ++x) {
+      gate_up.push_back(g.slice_rows(x, x + 1).reshape({I, d_model}));
+      gate_up.push_back(u.slice_rows(x, x + 1).reshape({I, d_model}));
+      down.push_back(dn.slice_rows(x, x + 1).reshape({d_model, I}));
+    }
   } else {
     for (int64_t x = 0; x < E; ++x) {
       const std::string q = p + "mlp.experts." + std::to_string(x) + ".";

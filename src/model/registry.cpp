@@ -81,6 +81,13 @@ std::unique_ptr<Model> load_model(const std::string& dir, const Placement& place
   const JsonConfig cfg = JsonConfig::load((fs::path(dir) / "config.json").string());
   const std::string model_type = cfg.get_string("model_type");
   require_family(cfg, model_type);  // before touching the weights
+  // mlx-lm's affine triples and transformers' quantizers (GPTQ, AWQ, FP8,
+  // ...) store packed integer weights, which no family reads yet: say so
+  // here, not as a shape mismatch on the first matrix.
+  for (const char* key : {"quantization", "quantization_config"})
+    if (cfg.has(key) && !cfg.is_null(key))
+      cfg.error(key, "marks a quantized checkpoint, which augur does not load yet; give the unquantized "
+                     "(bf16, f16 or f32) checkpoint");
   ModelInfo info;
   info.model_type = model_type;
   if (cfg.has("architectures") && !cfg.is_null("architectures")) {

@@ -129,6 +129,8 @@ Engine::Engine(std::unique_ptr<Model> model, std::optional<TextModel> text, cons
     : model_(std::move(model)), text_(std::move(text)), opts_(opts) {
   if (!model_) fail("[engine] no model");
   if (opts.step_tokens <= 0) fail("[engine] step_tokens must be positive");
+  if (opts.block_size < 1 || opts.block_size > 4096) fail("[engine] block_size must be in [1, 4096], got ", opts.block_size);
+  if (opts.max_cached_tokens <= 0) fail("[engine] max_cached_tokens must be positive");
   RunnerOptions ro;
   ro.max_cached_tokens = opts.max_cached_tokens;
   ro.block_size = opts.block_size;
@@ -238,6 +240,9 @@ RequestId Engine::submit(const Prompt& prompt, const RequestParams& params) {
   const int64_t n_vocab = info().n_vocab;
   for (int32_t t : ids)
     if (t < 0 || t >= n_vocab) fail("[engine] prompt token id ", t, " is outside the vocabulary [0, ", n_vocab, ")");
+  if (info().max_position > 0 && int64_t(ids.size()) > info().max_position)
+    fail("[engine] the prompt (", ids.size(), " tokens) is longer than the model's ", info().max_position,
+         " positions (max_position_embeddings)");
   for (int32_t t : params.speculation.replay)
     if (t < 0 || t >= n_vocab)
       fail("[engine] replay record token id ", t, " is outside the vocabulary [0, ", n_vocab, ")");
@@ -395,9 +400,13 @@ void Engine::accept(Live& r, int32_t token, const float* logits_row, std::vector
     stopped = t.stopped || (!r.stopper->empty() && r.stopper->would_stop(r.decoder->pending()));
   }
   for (int32_t s : r.stop_ids) stopped |= (s == token);
+  // A sequence ends where the model's positions do (prompt and generated
+  // tokens within max_position_embeddings, as the server's admission counts
+  // them), with finish "length", not with a failed forward.
+  const int64_t total = int64_t(r.prompt.size() + r.generated.size());
   if (stopped)
     finish(r, FinishReason::Stop, out);
-  else if (int64_t(r.generated.size()) >= r.params.max_tokens)
+  else if (int64_t(r.generated.size()) >= r.params.max_tokens || (info().max_position > 0 && total >= info().max_position))
     finish(r, FinishReason::Length, out);
 }
 
@@ -422,7 +431,8 @@ bool Engine::can_chain() const {
     if (it == live_.end()) return false;
     const Live& r = *it->second;
     if (r.done || r.cancelled || r.prefilling() || r.draft || r.params.logprobs >= 0 || r.params.prompt_logits ||
-        has_penalties(r.params.sampling) || int64_t(r.generated.size()) + 1 >= r.params.max_tokens)
+        has_penalties(r.params.sampling) || int64_t(r.generated.size()) + 1 >= r.params.max_tokens ||
+        (info().max_position > 0 && int64_t(r.prompt.size() + r.generated.size()) + 1 >= info().max_position))
       return false;
     blocks += r.seq->blocks_needed(1);
   }

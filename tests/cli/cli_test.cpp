@@ -216,6 +216,8 @@ TEST(Cli, BadArgumentsAreClearErrors) {
   expect_error(run("bench --synthetic nope"), {"nope", "qwen3-0.6b"});
   expect_error(run("bench"), {"--synthetic"});
   expect_error(run("bench " + kData + "/qwen3 --synthetic qwen3-0.6b"), {"one of them"});
+  expect_error(run("run " + kData + "/qwen3 --prompt-ids 1,2 --block-size 0"), {"--block-size"});
+  expect_error(run("run " + kData + "/qwen3 --prompt-ids 1,2 --block-size -3"), {"--block-size"});
   // A draft source that is none fails before anything is measured; the MTP
   // head a checkpoint lacks, once it is loaded, before any prefill is timed.
   Result r = run("bench --synthetic qwen3-0.6b --device cpu --draft /nonexistent/draft");
@@ -406,6 +408,34 @@ TEST(CliMalformed, UnknownModelTypeListsSupported) {
   cfg["model_type"] = "mamba9";
   m.write("config.json", cfg.dump());
   expect_error(run("run " + m.path() + " --prompt-ids 1"), {"config.json", "mamba9", "llama", "qwen3"});
+}
+
+// A request ends where the model's positions do: finish "length" with the
+// tokens plain greedy decoding gives up to there; a prompt longer than the
+// positions is an error naming them.
+TEST(Cli, GenerationEndsAtTheModelsLastPosition) {
+  TempModel m("qwen3");
+  nlohmann::json cfg = nlohmann::json::parse(m.read("config.json"));
+  cfg["max_position_embeddings"] = 16;
+  m.write("config.json", cfg.dump());
+  const std::string ids = "175,196,25,502,67,211,407,103,348,185";
+  Result r = run("run " + m.path() + " --prompt-ids " + ids + " -n 40 --ignore-eos --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_EQ(j["finish_reason"], "length");
+  ASSERT_EQ(j["ids"].size(), 6u);
+  Result full = run("run " + kData + "/qwen3 --prompt-ids " + ids + " -n 6 --ignore-eos --json");
+  ASSERT_EQ(full.status, 0) << full.out;
+  EXPECT_EQ(j["ids"], nlohmann::json::parse(full.out.substr(full.out.find('{')))["ids"]);
+  expect_error(run("run " + m.path() + " --prompt-ids " + ids + "," + ids + " -n 2"), {"20 tokens", "16 positions"});
+}
+
+TEST(CliMalformed, QuantizedCheckpointIsNamed) {
+  TempModel m("qwen3");
+  nlohmann::json cfg = nlohmann::json::parse(m.read("config.json"));
+  cfg["quantization"] = {{"group_size", 64}, {"bits", 4}};
+  m.write("config.json", cfg.dump());
+  expect_error(run("run " + m.path() + " --prompt-ids 1"), {"config.json", "quantization", "quantized checkpoint"});
 }
 
 TEST(CliMalformed, MissingOrContradictoryConfigField) {

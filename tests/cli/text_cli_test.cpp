@@ -144,4 +144,23 @@ TEST(TextCli, ChatKeepsTheConversationBetweenTurns) {
   EXPECT_GE(reused, 24) << r.out;  // "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
 }
 
+// A turn that does not fit the context is refused and forgotten, and the
+// conversation goes on; a reply that would pass the end is cut short there.
+TEST(TextCli, ChatRefusesATurnBeyondTheContextAndGoesOn) {
+  const std::string input =
+      write_temp("chat_long.txt", "hello\n" + std::string(400, 'x') + "\nhi\n");
+  Result r = run("chat " + kTiny + " -n 8 --ctx 64 < " + input);
+  fs::remove(input);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("leaves no room for a reply in 64 tokens (--ctx)"), std::string::npos) << r.out;
+  // Three turns asked, two answered; the third reuses the first (the refused
+  // turn left nothing behind).
+  size_t answered = 0;
+  for (size_t at = r.out.find(" tokens reused"); at != std::string::npos; at = r.out.find(" tokens reused", at + 1))
+    ++answered;
+  EXPECT_EQ(answered, 2u) << r.out;
+  const size_t last = r.out.rfind(" tokens reused");
+  EXPECT_GE(std::stoi(r.out.substr(r.out.rfind('[', last) + 1)), 10) << r.out;
+}
+
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
@@ -104,17 +105,25 @@ INSTANTIATE_TEST_SUITE_P(Qwen35, MultimodalLayout,
 
 // Rewrites a text fixture the way mlx-lm's converter stores it:
 // language_model.model.* / language_model.lm_head, conv kernels [C, K, 1],
-// the 1 + γ gains stored shifted. γ + 1 is kept in f32, so the two layouts
-// carry the same numbers (mlx-lm itself writes bf16, rounding away low bits
-// of γ: the tiny fixture magnifies that to ~0.3 in the logits).
+// the 1 + γ gains stored shifted, a layer's experts stacked as SwitchGLU's
+// mlp.switch_mlp.{gate,up,down}_proj [E, rows, cols]. γ + 1 is kept in f32,
+// so the two layouts carry the same numbers (mlx-lm itself writes bf16,
+// rounding away low bits of γ: the tiny fixture magnifies that to ~0.3 in
+// the logits).
 void write_mlx_layout(const std::string& fixture, const TempDir& tmp) {
   const std::string src = kData + "/" + fixture;
   std::filesystem::copy_file(src + "/config.json", tmp.file("config.json"));
   auto file = SafetensorsFile::open(src + "/model.safetensors");
   std::vector<std::pair<std::string, Tensor>> tensors;
+  std::map<std::string, std::map<int, Tensor>> experts;  // "...mlp.switch_mlp.gate_proj.weight" -> expert -> matrix
   for (const auto& info : file->tensors()) {
     Tensor t = file->tensor(info);
     std::string name = "language_model." + info.name;
+    if (const size_t at = name.find("mlp.experts."); at != std::string::npos) {
+      const size_t dot = name.find('.', at + 12);
+      experts[name.substr(0, at) + "mlp.switch_mlp" + name.substr(dot)][std::stoi(name.substr(at + 12, dot - at - 12))] = t;
+      continue;
+    }
     const bool shifted = name.find("layernorm.weight") != std::string::npos || name.ends_with("model.norm.weight") ||
                          name.ends_with("q_norm.weight") || name.ends_with("k_norm.weight");
     if (shifted) {
@@ -126,17 +135,27 @@ void write_mlx_layout(const std::string& fixture, const TempDir& tmp) {
     }
     tensors.emplace_back(name, t);
   }
+  for (const auto& [name, by_expert] : experts) {
+    const Tensor& first = by_expert.begin()->second;
+    Tensor stacked = Tensor::empty(first.dtype(), {int64_t(by_expert.size()), first.dim(0), first.dim(1)});
+    for (const auto& [x, m] : by_expert)
+      std::memcpy(static_cast<char*>(stacked.raw()) + size_t(x) * m.nbytes(), m.raw(), m.nbytes());
+    tensors.emplace_back(name, stacked);
+  }
   write_safetensors(tmp.file("model.safetensors"), tensors);
 }
 
 TEST(MlxLayout, GivesTheSameLogitsAsTheTransformersLayout) {
-  TempDir tmp;
-  write_mlx_layout("qwen3_5", tmp);
-  auto a = load_model(kData + "/qwen3_5");
-  auto b = load_model(tmp.dir());
-  const auto ids = prompt_of("qwen3_5");
-  Tensor la = forward_all(*a, ids), lb = forward_all(*b, ids);
-  EXPECT_EQ(0, std::memcmp(la.raw(), lb.raw(), la.nbytes()));
+  for (const std::string fixture : {"qwen3_5", "qwen3_5_moe"}) {
+    SCOPED_TRACE(fixture);
+    TempDir tmp;
+    write_mlx_layout(fixture, tmp);
+    auto a = load_model(kData + "/" + fixture);
+    auto b = load_model(tmp.dir());
+    const auto ids = prompt_of(fixture);
+    Tensor la = forward_all(*a, ids), lb = forward_all(*b, ids);
+    EXPECT_EQ(0, std::memcmp(la.raw(), lb.raw(), la.nbytes()));
+  }
 }
 
 TEST(MlxLayout, MisShapedConvIsAnErrorNamingTheTensor) {
