@@ -149,6 +149,27 @@ json tool_call_json(const ToolCall& c, int index) {
               {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
 }
 
+// OpenAI parameters this server does not implement. Clients and frameworks
+// send some of them on every request at values that change nothing; those
+// are taken (neutral), any other value is refused by name.
+const std::set<std::string> chat_unimplemented = {
+    "response_format", "logit_bias", "metadata",      "store",    "service_tier", "reasoning_effort",
+    "prediction",      "audio",      "modalities",    "functions", "function_call", "web_search_options",
+    "verbosity",       "prompt_cache_key", "safety_identifier"};
+const std::set<std::string> completion_unimplemented = {"logit_bias", "echo", "best_of", "suffix", "metadata", "store"};
+
+bool neutral(const std::string& key, const json& v) {
+  if (v.is_null()) return true;
+  if (key == "response_format") return v.is_object() && v.size() == 1 && v.value("type", "") == "text";
+  if (key == "logit_bias") return v.is_object() && v.empty();
+  if (key == "store" || key == "echo") return v.is_boolean() && !v.get<bool>();
+  if (key == "best_of") return v.is_number_integer() && v.get<int64_t>() == 1;
+  if (key == "service_tier") return v.is_string() && (v == "auto" || v == "default");
+  if (key == "modalities") return v == json::array({"text"});
+  // Labels that never reach the model.
+  return key == "metadata" || key == "prompt_cache_key" || key == "safety_identifier";
+}
+
 }  // namespace
 
 const char* finish_name(FinishReason r) { return r == FinishReason::Length ? "length" : "stop"; }
@@ -173,7 +194,11 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& text, const ApiCo
   static const std::set<std::string> completion_only = {"prompt"};
   for (const auto& [key, value] : body.items()) {
     if (common.count(key) || (chat ? chat_only : completion_only).count(key)) continue;
-    bad(key, "unsupported parameter: " + key);
+    if (!(chat ? chat_unimplemented : completion_unimplemented).count(key))
+      bad(key, "unsupported parameter: " + key);
+    if (!neutral(key, value))
+      bad(key, "unsupported parameter: " + key + " (this server takes it only where it changes nothing: null" +
+                   (key == "response_format" ? ", {\"type\": \"text\"}" : key == "logit_bias" ? ", {}" : "") + ")");
   }
   ApiRequest r;
   r.endpoint = endpoint;
@@ -198,8 +223,25 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& text, const ApiCo
       const std::string role = m["role"].get<std::string>();
       if (role != "system" && role != "user" && role != "assistant" && role != "developer" && role != "tool")
         bad(at + ".role", at + ".role '" + role + "' is not one of system, developer, user, assistant, tool");
+      // OpenAI's developer messages are the system instructions of newer
+      // models; chat templates know only system (Qwen's raise on others).
+      if (role == "developer") m["role"] = "system";
       if (m.contains("content")) m["content"] = content_text(m["content"], at + ".content");
-      if (m.contains("tool_calls") && !m["tool_calls"].is_array()) bad(at + ".tool_calls", at + ".tool_calls must be an array");
+      if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+        if (!m["tool_calls"].is_array()) bad(at + ".tool_calls", at + ".tool_calls must be an array");
+        // A call's arguments come back as the JSON text OpenAI sent; templates
+        // read them as a mapping (Qwen3.5: arguments|items) or encode them
+        // (tojson), so the text is parsed back where it holds an object.
+        for (json& call : m["tool_calls"]) {
+          if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+          json& args = call["function"]["arguments"];
+          if (!args.is_string()) continue;
+          const std::string text = args.get<std::string>();
+          if (!nesting_within(text, kMaxJsonDepth)) continue;
+          json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+          if (parsed.is_object()) args = std::move(parsed);
+        }
+      }
     }
     if (!ctx.has_chat_template) bad("messages", "the served model has no chat template; use /v1/completions");
     json extra = json::object();
@@ -303,7 +345,7 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& text, const ApiCo
     if (!so.is_object()) bad("stream_options", "stream_options must be an object");
     for (const auto& [key, value] : so.items())
       if (key != "include_usage") bad("stream_options." + key, "unsupported parameter: stream_options." + key);
-    if (so.contains("include_usage")) r.include_usage = boolean(so, "include_usage");
+    if (given(so, "include_usage")) r.include_usage = boolean(so, "include_usage");
     if (!r.stream) bad("stream_options", "stream_options is only allowed with stream: true");
   }
   if (chat) {

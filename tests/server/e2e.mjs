@@ -483,6 +483,26 @@ try {
         { role: "tool", tool_call_id: "call_1", content: "sunny, 21 C" }],
     });
     assert.ok(turn.usage.prompt_tokens > withTools.usage.prompt_tokens);
+    // The history's call arguments (JSON text, as OpenAI sends them) reach
+    // the template as a mapping (this one iterates them, as Qwen3.5's does).
+    assert.equal(turn.choices[0].message.role, "assistant");
+    // A developer message is the system's (the template knows no other role).
+    const asSystem = await tc.chat.completions.create({ model: "augur-tiny", max_tokens: 2, temperature: 0,
+      messages: [{ role: "system", content: "Be brief." }, ...messages] });
+    const asDeveloper = await tc.chat.completions.create({ model: "augur-tiny", max_tokens: 2, temperature: 0,
+      messages: [{ role: "developer", content: "Be brief." }, ...messages] });
+    assert.equal(asDeveloper.usage.prompt_tokens, asSystem.usage.prompt_tokens);
+    assert.equal(asDeveloper.choices[0].message.content, asSystem.choices[0].message.content);
+    // Parameters frameworks send at values that change nothing are taken;
+    // other values are refused by name.
+    const neutral = await tc.chat.completions.create({ model: "augur-tiny", messages, max_tokens: 4, temperature: 0,
+      response_format: { type: "text" }, logit_bias: {}, store: false, metadata: { run: "e2e" }, service_tier: "auto",
+      reasoning_effort: null, stream_options: null });
+    assert.equal(neutral.choices[0].message.content, plain.choices[0].message.content);
+    await assert.rejects(tc.chat.completions.create({ model: "augur-tiny", messages, max_tokens: 2,
+      response_format: { type: "json_object" } }), (e) => e.status === 400 && e.param === "response_format");
+    await assert.rejects(tc.chat.completions.create({ model: "augur-tiny", messages, max_tokens: 2,
+      logit_bias: { "5": 100 } }), (e) => e.status === 400 && e.param === "logit_bias");
     await assert.rejects(tc.chat.completions.create({ model: "augur-tiny", messages, tools: weather,
       tool_choice: { type: "function", function: { name: "get_weather" } } }), (e) => e.status === 400);
     console.log(`ok tools on a template that renders them (${Date.now() - t0} ms)`);
