@@ -115,7 +115,7 @@ TEST(OpenAiParse, ErrorsNameTheField) {
       {C, R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", 400, "top_logprobs"},
       {C, R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", 400, "tool_choice"},
       {C, R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", 400, "tools[0]"},
-      {C, R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {}})", 400, "logit_bias"},
+      {C, R"({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"5": 2}})", 400, "logit_bias"},
       {P, R"({"prompt": ""})", 400, "prompt"},
       {P, R"({"prompt": [-1]})", 400, "prompt"},
       {P, R"({"prompt": "x", "messages": []})", 400, "messages"},
