@@ -568,7 +568,7 @@ void Engine::make_room() {
       if (!r->prefilling()) {
         n += r->seq->blocks_needed(1 + draft_cap(*r));
       } else if (budget > 0) {
-        const int64_t c = std::min<int64_t>(int64_t(r->input.size() - r->fed), budget);
+        const int64_t c = int64_t(chunk_length(*r, budget));
         budget -= c;
         n += r->seq->blocks_needed(c);
       }
@@ -633,6 +633,21 @@ void Engine::prepare_speculation(const SpeculationParams& params) {
   if (info().placement.device() == Device::CPU) return;
   d.warm_up(opts_.step_tokens, params.k);
   runner_->warm_up(0, 1 + params.k);  // the target's verify windows
+}
+
+// The tokens of a prefilling row's next chunk, under what is left of the
+// step's budget. make_room counts blocks for exactly these chunks (a chunk
+// cut short leaves budget to the rows after it).
+size_t Engine::chunk_length(const Live& r, int64_t budget) const {
+  size_t n = std::min(r.input.size() - r.fed, size_t(budget));
+  // With recurrent state the cache can resume only where a state was kept:
+  // a chunk that is not the prompt's last ends on a block boundary.
+  if (prefix_ && r.seq->state_slot() >= 0 && r.fed + n < r.input.size()) {
+    const size_t bs = size_t(opts_.block_size), end = (r.fed + n) / bs * bs;
+    if (end > r.fed) n = end - r.fed;
+  }
+  if (r.split_at > int64_t(r.fed) && r.split_at < int64_t(r.fed + n)) n = size_t(r.split_at) - r.fed;
+  return n;
 }
 
 // The most drafts a decoding row may take this step: room for them and the
@@ -737,14 +752,7 @@ void Engine::launch(std::vector<Event>& out) {
   for (auto& [id, rp] : live_) {
     Live& r = *rp;
     if (r.done || r.parked || !r.prefilling() || budget <= 0) continue;
-    size_t n = std::min(r.input.size() - r.fed, size_t(budget));
-    // With recurrent state the cache can resume only where a state was kept:
-    // a chunk that is not the prompt's last ends on a block boundary.
-    if (prefix_ && r.seq->state_slot() >= 0 && r.fed + n < r.input.size()) {
-      const size_t bs = size_t(opts_.block_size), end = (r.fed + n) / bs * bs;
-      if (end > r.fed) n = end - r.fed;
-    }
-    if (r.split_at > int64_t(r.fed) && r.split_at < int64_t(r.fed + n)) n = size_t(r.split_at) - r.fed;
+    const size_t n = chunk_length(r, budget);
     budget -= int64_t(n);
     const bool last = r.fed + n == r.input.size();
     const bool sample = last && r.params.max_tokens > 0;

@@ -195,6 +195,7 @@ class Engine {
   void preempt(Live& r);
   void make_room();
   Drafter& drafter(const std::string& name, const std::string& vocab_file);
+  size_t chunk_length(const Live& r, int64_t budget) const;
   int32_t draft_cap(const Live& r) const;
   int32_t draft_budget(Live& r);
   void adapt(Live& r, int64_t drafted, int64_t accepted);

@@ -210,6 +210,43 @@ TEST_P(PrefixCacheFamilies, PreemptionWhenBlocksRunOutKeepsGreedyOutput) {
   }
 }
 
+// Requests resuming partway into a cached block, prefilled in chunks a
+// small step budget cuts to block boundaries (hybrids), so the budget one
+// row leaves goes to the next: before a step, room is made for the chunks
+// the step will feed, whatever the cache's size (a miscount failed the
+// engine when the cache was tight), and each request generates what it
+// generates alone.
+TEST_P(PrefixCacheFamilies, ChunksCutShortAreCountedWhenMakingRoom) {
+  const std::string family = GetParam();
+  const int64_t V = load_model(dir_of(family))->info().n_vocab;
+  // The first request holds 40 tokens (its prompt and the 3 replies it
+  // fed): the others resume there, 8 tokens into a block they share.
+  const auto first = random_ids(37, V, 71);
+  auto reply = cold(family, first, 4);
+  reply.resize(3);
+  std::vector<std::vector<int32_t>> prompts;
+  for (uint32_t i = 0; i < 3; ++i) prompts.push_back(cat(cat(first, reply), random_ids(30, V, 80 + i)));
+  std::vector<std::vector<int32_t>> alone;
+  for (const auto& p : prompts) alone.push_back(cold(family, p, 12));
+  for (int64_t tokens = 96; tokens <= 224; tokens += 16) {
+    SCOPED_TRACE("cache of " + std::to_string(tokens) + " tokens");
+    EngineOptions eo;
+    eo.max_cached_tokens = tokens;
+    eo.step_tokens = 24;
+    auto e = cached_engine(family, eo);
+    run(*e, first, 4);
+    RequestParams p;
+    p.ignore_eos = true;
+    p.max_tokens = 12;
+    std::vector<RequestId> ids;
+    for (const auto& prompt : prompts) ids.push_back(e->submit(Prompt::of_ids(prompt), p));
+    std::map<RequestId, std::vector<int32_t>> got;
+    while (!e->idle())
+      for (Event& ev : e->step()) got[ev.id].insert(got[ev.id].end(), ev.ids.begin(), ev.ids.end());
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[ids[i]], alone[i]) << "request " << i;
+  }
+}
+
 // A sequence that resumed partway into a cached block and is given back
 // before it writes (preempted, cancelled) adds no second entry on that
 // block: every block the cache alone holds counts as reclaimable, and
