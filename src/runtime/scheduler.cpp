@@ -130,15 +130,17 @@ void Scheduler::loop() {
         if (w.ids.empty()) w.ids = engine_.encode(w.prompt);
         if (w.ids.empty()) fail("the prompt is empty");
         const int64_t n = int64_t(w.ids.size());
+        // The wording carries OpenAI's "maximum context length", which
+        // clients look for (the server adds its code).
         if (w.params.fit_max_tokens)
           w.params.max_tokens = std::clamp<int64_t>(tokens_left(n, w.params), 0, w.params.max_tokens);
-        if (n + w.params.max_tokens > capacity_tokens_)
-          fail("the prompt (", n, " tokens) and max_tokens (", w.params.max_tokens, ") exceed the context of ",
-               capacity_tokens_, " tokens");
+        if (n + w.params.max_tokens > capacity_tokens_ || (w.params.fit_max_tokens && w.params.max_tokens < 1))
+          fail("this model's maximum context length is ", capacity_tokens_, " tokens; the prompt (", n,
+               " tokens) and max_tokens (", std::max<int64_t>(w.params.max_tokens, 1), ") exceed it");
         const int64_t need = blocks_for(n, w.params);
         if (need > total_blocks_)
           fail("the prompt (", n, " tokens) and max_tokens (", w.params.max_tokens, ") need ", need,
-               " KV blocks; the cache holds ", total_blocks_);
+               " KV blocks, more than the cache's ", total_blocks_, ": beyond this server's maximum context length");
         const int64_t reserve = blocks_reserved(n, w.params);
         if (reserved_blocks_ + reserve > total_blocks_) break;  // waits for room
         const RequestId id = engine_.submit(Prompt::of_ids(w.ids), w.params);

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <random>
 #include <set>
 #include <string_view>
 
@@ -16,14 +17,14 @@ json ApiError::body() const {
   e["message"] = message;
   e["type"] = type;
   e["param"] = param.empty() ? json(nullptr) : json(param);
-  e["code"] = nullptr;
+  e["code"] = code.empty() ? json(nullptr) : json(code);
   return json{{"error", e}};
 }
 
 namespace {
 
 [[noreturn]] void bad(const std::string& param, const std::string& message) {
-  throw ApiError{400, message, "invalid_request_error", param};
+  throw ApiError{400, message, "invalid_request_error", param, ""};
 }
 
 // nlohmann's parser and destructor walk nested values without recursion, but
@@ -140,9 +141,13 @@ json content_text(const json& c, const std::string& at) {
 }
 
 json tool_call_json(const ToolCall& c, int index) {
+  // Unique across restarts and replicas, so that a conversation spanning
+  // them never holds two calls of one id.
+  static const uint64_t salt = (uint64_t(std::random_device{}()) << 32) | std::random_device{}();
   static std::atomic<uint64_t> next{1};
-  char id[32];
-  std::snprintf(id, sizeof id, "call_%016llx", (unsigned long long)(next++ * 0x9e3779b97f4a7c15ull));
+  char id[40];
+  std::snprintf(id, sizeof id, "call_%016llx%08llx", (unsigned long long)salt,
+                (unsigned long long)(next++ & 0xffffffffull));
   return json{{"index", index},
               {"id", id},
               {"type", "function"},
@@ -207,7 +212,7 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& text, const ApiCo
     r.model = body["model"].get<std::string>();
     if (r.model != ctx.model_name)
       throw ApiError{404, "the model '" + r.model + "' does not exist; this server serves '" + ctx.model_name + "'",
-                     "invalid_request_error", "model"};
+                     "invalid_request_error", "model", "model_not_found"};
   } else {
     r.model = ctx.model_name;
   }
@@ -305,7 +310,7 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& text, const ApiCo
   q.fit_max_tokens = true;
   const int64_t limit = ctx.max_context > 0 ? ctx.max_context : (int64_t(1) << 30);
   for (const char* key : {"max_tokens", "max_completion_tokens"})
-    if (given(body, key)) q.max_tokens = integer(body, key, 0, limit), q.fit_max_tokens = false;
+    if (given(body, key)) q.max_tokens = integer(body, key, 1, limit), q.fit_max_tokens = false;
   SamplingParams& s = q.sampling;
   s.temperature = 1.0f;  // OpenAI's default
   if (given(body, "temperature")) s.temperature = float(number(body, "temperature", 0, 2));

@@ -30,6 +30,7 @@ struct ApiError {
   std::string message;
   std::string type = "invalid_request_error";
   std::string param;  // the offending field, "" if none
+  std::string code;   // OpenAI's machine-readable code ("" is null): context_length_exceeded, model_not_found
   nlohmann::ordered_json body() const;
 };
 

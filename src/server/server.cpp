@@ -116,6 +116,12 @@ struct Server::Impl {
   Metrics metrics;
   std::mt19937_64 rng{std::random_device{}()};
   uint64_t next_id = 1;
+  const std::string id_prefix = [] {
+    std::random_device rd;
+    char hex[24];
+    std::snprintf(hex, sizeof hex, "%08x%08x-", rd(), rd());
+    return std::string(hex);
+  }();
   std::map<Scheduler::Ticket, std::pair<Call*, int>> by_ticket;
   std::map<evhttp_connection*, Call*> by_connection;
 
@@ -181,7 +187,7 @@ struct Server::Impl {
     bound = nullptr;
     std::vector<Call*> open;
     for (const auto& [conn, call] : by_connection) open.push_back(call);
-    for (Call* c : open) fail_call(c, ApiError{503, "the server is shutting down", "server_error", ""});
+    for (Call* c : open) fail_call(c, ApiError{503, "the server is shutting down", "server_error", "", ""});
     const timeval grace{0, 500 * 1000};
     event_base_loopexit(base, &grace);
   }
@@ -237,7 +243,7 @@ struct Server::Impl {
     try {
       self->handle(req);
     } catch (const std::exception& e) {
-      self->reply_error(req, "", ApiError{500, std::string("internal error: ") + e.what(), "server_error", ""});
+      self->reply_error(req, "", ApiError{500, std::string("internal error: ") + e.what(), "server_error", "", ""});
     }
   }
 
@@ -250,7 +256,7 @@ struct Server::Impl {
     auto want = [&](evhttp_cmd_type m) {
       if (method == m || (m == EVHTTP_REQ_GET && method == EVHTTP_REQ_HEAD)) return true;
       evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", m == EVHTTP_REQ_GET ? "GET, HEAD" : "POST");
-      reply_error(req, path, ApiError{405, "method not allowed on " + path, "invalid_request_error", ""});
+      reply_error(req, path, ApiError{405, "method not allowed on " + path, "invalid_request_error", "", ""});
       return false;
     };
     if (path == "/health") {
@@ -272,13 +278,13 @@ struct Server::Impl {
     } else if (path == "/v1/chat/completions" || path == "/v1/completions") {
       if (!want(EVHTTP_REQ_POST)) return;
       if (stopping)  // a kept-alive connection's request after the signal
-        reply_error(req, path, ApiError{503, "the server is shutting down", "server_error", ""});
+        reply_error(req, path, ApiError{503, "the server is shutting down", "server_error", "", ""});
       else
         start_call(req, path);
     } else {
       // Counted under one label: paths are the client's to choose, and each
       // would otherwise add a series to /metrics for good.
-      reply_error(req, "other", ApiError{404, "no such endpoint: " + path, "invalid_request_error", ""});
+      reply_error(req, "other", ApiError{404, "no such endpoint: " + path, "invalid_request_error", "", ""});
     }
   }
 
@@ -288,7 +294,7 @@ struct Server::Impl {
     const size_t n = evbuffer_get_length(in);
     if (n > opts.max_body_bytes) {
       reply_error(req, path, ApiError{413, "the body is " + std::to_string(n) + " bytes; the limit is " +
-                                               std::to_string(opts.max_body_bytes), "invalid_request_error", ""});
+                                               std::to_string(opts.max_body_bytes), "invalid_request_error", "", ""});
       return;
     }
     std::string body(n, '\0');
@@ -303,7 +309,10 @@ struct Server::Impl {
       return;
     }
     call->api.params.speculation = opts.speculation;
-    call->meta.id = std::string(endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
+    // Ids unique across restarts and replicas: the process's random prefix
+    // and a count.
+    call->meta.id = std::string(endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-") + id_prefix +
+                    std::to_string(next_id++);
     call->meta.created = int64_t(std::time(nullptr));
     call->meta.model = opts.model_name;
     call->choices.resize(size_t(call->api.n));
@@ -315,14 +324,14 @@ struct Server::Impl {
         c->choices[size_t(i)].ticket = sched->submit(call->api.prompt, p, sink());
       } catch (const QueueFull& e) {
         for (int j = 0; j < i; ++j) forget(c->choices[size_t(j)].ticket, true);
-        reply_error(req, path, ApiError{429, "the server is busy: " + std::string(e.what()), "rate_limit_error", ""});
+        reply_error(req, path, ApiError{429, "the server is busy: " + std::string(e.what()), "rate_limit_error", "", ""});
         return;
       } catch (const std::exception& e) {
         // The choices admitted so far are cancelled whatever failed: they
         // would otherwise deliver to this call once it is gone.
         for (int j = 0; j < i; ++j) forget(c->choices[size_t(j)].ticket, true);
         const bool engine = dynamic_cast<const Error*>(&e) != nullptr;
-        reply_error(req, path, ApiError{engine ? 503 : 500, e.what(), "server_error", ""});
+        reply_error(req, path, ApiError{engine ? 503 : 500, e.what(), "server_error", "", ""});
         return;
       }
       by_ticket[c->choices[size_t(i)].ticket] = {c, i};
@@ -423,7 +432,12 @@ struct Server::Impl {
 
   void fail_call(Call* c, const std::string& message) {
     const bool ours = message.rfind("the engine failed", 0) == 0 || message.rfind("internal error", 0) == 0;
-    fail_call(c, ApiError{ours ? 500 : 400, message, ours ? "server_error" : "invalid_request_error", ""});
+    // Clients (LangChain, LiteLLM, the Agents SDK) trim a conversation and
+    // retry on this code or on "maximum context length" in the message.
+    const bool too_long = message.find("maximum context length") != std::string::npos;
+    fail_call(c, ApiError{ours ? 500 : 400, message, ours ? "server_error" : "invalid_request_error",
+                          too_long ? (c->api.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt") : "",
+                          too_long ? "context_length_exceeded" : ""});
   }
 
   void fail_call(Call* c, const ApiError& e) {

@@ -133,7 +133,7 @@ TEST(Scheduler, AdmitsWithinTheCacheAndRefusesWhatNeverFits) {
   EXPECT_EQ(b.error, "");
   EXPECT_EQ(a.ids.size(), 40u);
   EXPECT_EQ(b.ids.size(), 40u);
-  EXPECT_NE(never.error.find("exceed the context"), std::string::npos) << never.error;
+  EXPECT_NE(never.error.find("maximum context length"), std::string::npos) << never.error;
   // The same request with a max_tokens the client did not set
   // (fit_max_tokens) is cut to what the cache leaves beside its prompt:
   // 7 * 16 - 60 - 1 = 51 tokens (blocks_for keeps a block for a

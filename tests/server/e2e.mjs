@@ -304,6 +304,19 @@ check("bad requests get OpenAI errors and the server keeps serving", async () =>
     assert.ok(r.json && r.json.error && typeof r.json.error.message === "string", r.text);
     if (param) assert.equal(r.json.error.param, param, r.text);
   }
+  // Codes clients act on: a prompt beyond the context (they trim and retry),
+  // an unknown model.
+  let e = await raw(b, "/v1/completions", JSON.stringify({ prompt: "x ".repeat(3000), max_tokens: 10 }));
+  assert.equal(e.json.error.code, "context_length_exceeded", e.text);
+  assert.match(e.json.error.message, /maximum context length/);
+  e = await raw(b, "/v1/chat/completions", JSON.stringify({ model: "gpt-5", messages: [{ role: "user", content: "x" }] }));
+  assert.equal(e.json.error.code, "model_not_found", e.text);
+  e = await raw(b, "/v1/completions", JSON.stringify({ prompt: "x", max_tokens: 0 }));
+  assert.equal(e.status, 400, e.text);
+  assert.equal(e.json.error.param, "max_tokens", e.text);
+  // Ids differ from one server to the next (a random prefix).
+  const one = await client.completions.create({ model: "augur-tiny", prompt: "Id", max_tokens: 1 });
+  assert.match(one.id, /^cmpl-[0-9a-f]{16}-\d+$/);
   // Invalid UTF-8 inside a string.
   const bad = Buffer.concat([Buffer.from('{"prompt": "a'), Buffer.from([0xff, 0xfe]), Buffer.from('"}')]);
   assert.equal((await raw(b, "/v1/completions", bad)).status, 400);
