@@ -32,6 +32,8 @@ namespace {
 // stack when the messages were copied. So JSON nesting deeper than this is
 // refused before it is parsed (request bodies) or not taken (tool calls).
 constexpr int kMaxJsonDepth = 128;
+// Choices a request may ask for (prompts x n), each an engine request.
+constexpr size_t kMaxChoices = 64;
 
 bool nesting_within(std::string_view text, int limit) {
   int depth = 0;
@@ -283,23 +285,35 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& text, const ApiCo
         r.tools = true;
       }
     }
-    r.prompt = Prompt::of_chat(msgs, true, extra);
+    r.prompts.push_back(Prompt::of_chat(msgs, true, extra));
   } else {
     if (!body.contains("prompt")) bad("prompt", "prompt is required");
+    // One prompt (text or token ids), or a batch of them (an array of texts,
+    // or of id arrays): each gets n choices.
     const json& p = body["prompt"];
-    if (p.is_string()) {
-      if (p.get<std::string>().empty()) bad("prompt", "prompt must not be empty");
-      r.prompt = Prompt::of_text(p.get<std::string>());
-    } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
+    auto one = [](const json& q) {
+      if (q.is_string()) {
+        if (q.get<std::string>().empty()) bad("prompt", "prompt must not be empty");
+        return Prompt::of_text(q.get<std::string>());
+      }
+      if (!q.is_array() || q.empty() || !q[0].is_number_integer())
+        bad("prompt", "prompt must be a non-empty string, an array of token ids, or an array of either");
       std::vector<int32_t> ids;
-      for (const json& t : p) {
+      for (const json& t : q) {
         if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
           bad("prompt", "prompt token ids must be non-negative integers");
         ids.push_back(int32_t(t.get<int64_t>()));
       }
-      r.prompt = Prompt::of_ids(std::move(ids));
+      return Prompt::of_ids(std::move(ids));
+    };
+    if (p.is_array() && !p.empty() && (p[0].is_string() || p[0].is_array())) {
+      if (p.size() > kMaxChoices) bad("prompt", "a batch holds at most " + std::to_string(kMaxChoices) + " prompts");
+      for (const json& q : p) {
+        if (!q.is_string() && !q.is_array()) bad("prompt", "a batch of prompts holds texts or arrays of token ids");
+        r.prompts.push_back(one(q));
+      }
     } else {
-      bad("prompt", "prompt must be a non-empty string or an array of token ids");
+      r.prompts.push_back(one(p));
     }
   }
   RequestParams& q = r.params;
@@ -329,6 +343,9 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& text, const ApiCo
   s.seed = random_seed;
   if (body.contains("seed") && !body["seed"].is_null()) s.seed = uint64_t(integer(body, "seed", INT64_MIN, INT64_MAX));
   if (body.contains("n") && !body["n"].is_null()) r.n = int(integer(body, "n", 1, 16));
+  if (r.prompts.size() * size_t(r.n) > kMaxChoices)
+    bad("n", std::to_string(r.prompts.size()) + " prompts of " + std::to_string(r.n) + " choices each exceed " +
+                 std::to_string(kMaxChoices) + " choices");
   if (body.contains("stop") && !body["stop"].is_null()) {
     const json& st = body["stop"];
     if (st.is_string()) {

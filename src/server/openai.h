@@ -39,8 +39,8 @@ enum class Endpoint { Completions, ChatCompletions };
 // A parsed request: what the engine runs and how the answer is shaped.
 struct ApiRequest {
   Endpoint endpoint = Endpoint::Completions;
-  Prompt prompt;
-  RequestParams params;  // choice i samples with seed params.sampling.seed + i
+  std::vector<Prompt> prompts;  // chat: one; completions: a batch may hold several
+  RequestParams params;  // choice p * n + i (of prompt p) samples with seed params.sampling.seed + i
   std::string model;     // as the client named it
   int n = 1;             // choices, each its own engine request
   bool stream = false;
@@ -96,6 +96,7 @@ struct ChoiceOutput {
   std::vector<TokenLogprob> logprobs;  // one per output id (when asked for)
   FinishReason finish = FinishReason::Length;
   int64_t completion_tokens = 0;
+  int64_t prompt_tokens = 0, cached_tokens = 0;  // its prompt's, for usage
 };
 
 // The response of a finished request, and the pieces of a streamed one. id:

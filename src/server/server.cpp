@@ -315,13 +315,14 @@ struct Server::Impl {
                     std::to_string(next_id++);
     call->meta.created = int64_t(std::time(nullptr));
     call->meta.model = opts.model_name;
-    call->choices.resize(size_t(call->api.n));
+    const int n_choices = int(call->api.prompts.size()) * call->api.n;
+    call->choices.resize(size_t(n_choices));
     Call* c = call.get();
-    for (int i = 0; i < call->api.n; ++i) {
+    for (int i = 0; i < n_choices; ++i) {
       RequestParams p = call->api.params;
-      p.sampling.seed += uint64_t(i);
+      p.sampling.seed += uint64_t(i % call->api.n);
       try {
-        c->choices[size_t(i)].ticket = sched->submit(call->api.prompt, p, sink());
+        c->choices[size_t(i)].ticket = sched->submit(call->api.prompts[size_t(i / call->api.n)], p, sink());
       } catch (const QueueFull& e) {
         for (int j = 0; j < i; ++j) forget(c->choices[size_t(j)].ticket, true);
         reply_error(req, path, ApiError{429, "the server is busy: " + std::string(e.what()), "rate_limit_error", "", ""});
@@ -336,7 +337,7 @@ struct Server::Impl {
       }
       by_ticket[c->choices[size_t(i)].ticket] = {c, i};
     }
-    c->open = c->api.n;
+    c->open = n_choices;
     c->req = req;
     c->conn = evhttp_request_get_connection(req);
     by_connection[c->conn] = call.release();
@@ -508,8 +509,20 @@ struct Server::Impl {
     by_ticket.erase(ch.ticket);
     ch.out.finish = e.finish;
     ch.out.completion_tokens = e.usage.completion_tokens;
-    c->usage.prompt_tokens = e.usage.prompt_tokens;
-    c->usage.cached_tokens = std::max(c->usage.cached_tokens, e.usage.cached_tokens);
+    // A prompt's tokens count once (its choices share them), and its cached
+    // tokens are its choices' most; a batch's prompts add up.
+    ch.out.prompt_tokens = e.usage.prompt_tokens;
+    ch.out.cached_tokens = e.usage.cached_tokens;
+    c->usage.prompt_tokens = c->usage.cached_tokens = 0;
+    for (size_t first = 0; first < c->choices.size(); first += size_t(c->api.n)) {
+      int64_t prompt = 0, cached = 0;
+      for (size_t j = first; j < first + size_t(c->api.n); ++j) {
+        prompt = std::max(prompt, c->choices[j].out.prompt_tokens);
+        cached = std::max(cached, c->choices[j].out.cached_tokens);
+      }
+      c->usage.prompt_tokens += prompt;
+      c->usage.cached_tokens += cached;
+    }
     c->usage.completion_tokens += e.usage.completion_tokens;
     metrics.prompt_tokens += e.usage.prompt_tokens;
     metrics.cached_tokens += e.usage.cached_tokens;

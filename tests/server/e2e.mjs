@@ -219,6 +219,35 @@ check("n > 1", async () => {
   assert.ok(got[0].length > 0);
 });
 
+check("a batch of prompts: n choices each, indexed prompt by prompt", async () => {
+  const prompts = ["The sea", "A king of the night"];
+  const one = await Promise.all(prompts.map((prompt) =>
+    client.completions.create({ model: "augur-tiny", prompt, max_tokens: 6, temperature: 0 })));
+  const r = await client.completions.create({ model: "augur-tiny", prompt: prompts, max_tokens: 6, temperature: 0, n: 2 });
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2, 3]);
+  assert.deepEqual(r.choices.map((c) => c.text), [one[0].choices[0].text, one[0].choices[0].text,
+    one[1].choices[0].text, one[1].choices[0].text]);
+  assert.equal(r.usage.prompt_tokens, one[0].usage.prompt_tokens + one[1].usage.prompt_tokens);
+  assert.equal(r.usage.completion_tokens, 4 * 6);
+  // Token-id prompts, streamed.
+  const ids = [[100, 101, 102], [200, 201]];
+  const s = await client.completions.create({ model: "augur-tiny", prompt: ids, max_tokens: 3, temperature: 0, stream: true,
+    stream_options: { include_usage: true } });
+  const got = ["", ""];
+  let usage = null;
+  for await (const c of s) {
+    for (const ch of c.choices) got[ch.index] += ch.text;
+    if (c.usage) usage = c.usage;
+  }
+  assert.equal(usage.prompt_tokens, 5);
+  for (let i = 0; i < 2; i++) {
+    const alone = await client.completions.create({ model: "augur-tiny", prompt: ids[i], max_tokens: 3, temperature: 0 });
+    assert.equal(got[i], alone.choices[0].text);
+  }
+  const tooMany = await raw(srv.base, "/v1/completions", JSON.stringify({ prompt: Array(40).fill("x"), n: 2 }));
+  assert.equal(tooMany.status, 400, tooMany.text);
+});
+
 check("32 concurrent requests each equal augur run", async () => {
   const words = ["sea", "king", "night", "bread", "river", "stone", "wind", "fire"];
   const prompts = Array.from({ length: 32 }, (_, i) => `The ${words[i % 8]} of ${words[(i * 3 + 1) % 8]} and ${i}`);

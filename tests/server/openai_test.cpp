@@ -38,10 +38,10 @@ TEST(OpenAiParse, ChatRequest) {
     "chat_template_kwargs": {"enable_thinking": false},
     "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]})",
                                        context(), 7);
-  EXPECT_EQ(r.prompt.kind, Prompt::Kind::Chat);
-  EXPECT_EQ(r.prompt.messages[1]["content"], "ab");
-  EXPECT_EQ(r.prompt.chat_extra["enable_thinking"], false);
-  EXPECT_EQ(r.prompt.chat_extra["tools"][0]["function"]["name"], "f");
+  EXPECT_EQ(r.prompts[0].kind, Prompt::Kind::Chat);
+  EXPECT_EQ(r.prompts[0].messages[1]["content"], "ab");
+  EXPECT_EQ(r.prompts[0].chat_extra["enable_thinking"], false);
+  EXPECT_EQ(r.prompts[0].chat_extra["tools"][0]["function"]["name"], "f");
   EXPECT_TRUE(r.tools);
   EXPECT_EQ(r.params.max_tokens, 9);
   EXPECT_FLOAT_EQ(r.params.sampling.temperature, 0.5f);
@@ -56,9 +56,26 @@ TEST(OpenAiParse, ChatRequest) {
   EXPECT_EQ(r.n, 2);
 }
 
+TEST(OpenAiParse, ABatchOfPrompts) {
+  const ApiRequest r = parse_request(Endpoint::Completions, R"({"prompt": ["a", [1, 2]], "n": 3})", context(), 7);
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(r.prompts[0].kind, Prompt::Kind::Text);
+  EXPECT_EQ(r.prompts[1].ids, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(r.n, 3);
+  for (const char* body : {R"({"prompt": [[1], 2]})", R"({"prompt": [["a"]]})", R"({"prompt": ["a", ""]})",
+                           R"({"prompt": [[]]})"}) {
+    try {
+      parse_request(Endpoint::Completions, body, context(), 7);
+      ADD_FAILURE() << "no error for " << body;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param, "prompt") << body;
+    }
+  }
+}
+
 TEST(OpenAiParse, Defaults) {
   const ApiRequest r = parse_request(Endpoint::Completions, R"({"prompt": [1, 2, 3]})", context(), 7);
-  EXPECT_EQ(r.prompt.ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(r.prompts[0].ids, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(r.params.max_tokens, 64);
   EXPECT_TRUE(r.params.fit_max_tokens);  // not the client's: cut to the room at admission
   EXPECT_FLOAT_EQ(r.params.sampling.temperature, 1.0f);  // OpenAI's default
@@ -81,7 +98,7 @@ TEST(OpenAiParse, Defaults) {
   const ApiRequest n = parse_request(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "x"}],
     "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"})", context(), 1);
   EXPECT_FALSE(n.tools);
-  EXPECT_FALSE(n.prompt.chat_extra.contains("tools"));
+  EXPECT_FALSE(n.prompts[0].chat_extra.contains("tools"));
 }
 
 TEST(OpenAiParse, ErrorsNameTheField) {
