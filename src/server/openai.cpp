@@ -401,7 +401,71 @@ std::string trim(std::string_view s) {
 }
 }  // namespace
 
-std::optional<ToolCalls> parse_tool_calls(const std::string& text) {
+namespace {
+
+// The declared JSON type of a tool's parameter ("" where the tools do not say).
+std::string param_type(const json& tools, const std::string& fn, const std::string& param) {
+  if (!tools.is_array()) return "";
+  for (const json& t : tools) {
+    const json* f = t.is_object() && t.contains("function") ? &t["function"] : nullptr;
+    if (!f || !f->is_object() || f->value("name", "") != fn) continue;
+    const json* props = f->contains("parameters") && (*f)["parameters"].is_object() &&
+                                (*f)["parameters"].contains("properties")
+                            ? &(*f)["parameters"]["properties"]
+                            : nullptr;
+    if (props && props->is_object() && props->contains(param) && (*props)[param].is_object() &&
+        (*props)[param].contains("type") && (*props)[param]["type"].is_string())
+      return (*props)[param]["type"].get<std::string>();
+  }
+  return "";
+}
+
+// Qwen3.5's (and Qwen3-Coder's) form of a call's body:
+//   <function=NAME>
+//   <parameter=ARG>
+//   VALUE
+//   </parameter>
+//   </function>
+// A value is text; where the tool declares the parameter other than a
+// string, a value that parses as JSON is taken as that JSON.
+std::optional<ToolCall> parse_xml_call(std::string_view body, const json& tools) {
+  constexpr std::string_view kFn = "<function=", kParam = "<parameter=", kParamEnd = "</parameter>";
+  const size_t fn = body.find(kFn);
+  if (fn == std::string_view::npos || !trim(body.substr(0, fn)).empty()) return std::nullopt;
+  const size_t name_end = body.find('>', fn);
+  if (name_end == std::string_view::npos) return std::nullopt;
+  ToolCall c;
+  c.name = trim(body.substr(fn + kFn.size(), name_end - fn - kFn.size()));
+  if (c.name.empty()) return std::nullopt;
+  json args = json::object();
+  size_t at = name_end + 1;
+  for (;;) {
+    const size_t p = body.find(kParam, at);
+    if (p == std::string_view::npos) break;
+    const size_t pname_end = body.find('>', p);
+    if (pname_end == std::string_view::npos) return std::nullopt;
+    const std::string pname = trim(body.substr(p + kParam.size(), pname_end - p - kParam.size()));
+    size_t end = body.find(kParamEnd, pname_end);
+    if (end == std::string_view::npos) end = body.size();  // cut off by max_tokens
+    std::string_view value = body.substr(pname_end + 1, end - pname_end - 1);
+    if (!value.empty() && value.front() == '\n') value.remove_prefix(1);
+    if (!value.empty() && value.back() == '\n') value.remove_suffix(1);
+    const std::string type = param_type(tools, c.name, pname);
+    json v = value;
+    if (type != "string" && nesting_within(value, kMaxJsonDepth)) {
+      json parsed = json::parse(value, nullptr, /*allow_exceptions=*/false);
+      if (!parsed.is_discarded() && (type != "" || !parsed.is_string())) v = std::move(parsed);
+    }
+    args[pname] = std::move(v);
+    at = end == body.size() ? end : end + kParamEnd.size();
+  }
+  c.arguments = args.dump();
+  return c;
+}
+
+}  // namespace
+
+std::optional<ToolCalls> parse_tool_calls(const std::string& text, const json& tools) {
   ToolCalls out;
   size_t at = 0;
   std::string content;
@@ -413,15 +477,19 @@ std::optional<ToolCalls> parse_tool_calls(const std::string& text) {
     const bool closed = close != std::string::npos;
     if (!closed) close = text.size();  // a call cut off by max_tokens or a stop token
     const std::string_view call_text = std::string_view(text).substr(body, close - body);
-    if (!nesting_within(call_text, kMaxJsonDepth)) return std::nullopt;
-    json call = json::parse(call_text, nullptr, /*allow_exceptions=*/false);
-    if (call.is_discarded() || !call.is_object() || !call.contains("name") || !call["name"].is_string())
-      return std::nullopt;
-    ToolCall c;
-    c.name = call["name"].get<std::string>();
-    const json args = call.contains("arguments") ? call["arguments"] : json::object();
-    c.arguments = args.is_string() ? args.get<std::string>() : args.dump();
-    out.calls.push_back(std::move(c));
+    if (auto xml = parse_xml_call(call_text, tools)) {
+      out.calls.push_back(std::move(*xml));
+    } else {
+      if (!nesting_within(call_text, kMaxJsonDepth)) return std::nullopt;
+      json call = json::parse(call_text, nullptr, /*allow_exceptions=*/false);
+      if (call.is_discarded() || !call.is_object() || !call.contains("name") || !call["name"].is_string())
+        return std::nullopt;
+      ToolCall c;
+      c.name = call["name"].get<std::string>();
+      const json args = call.contains("arguments") ? call["arguments"] : json::object();
+      c.arguments = args.is_string() ? args.get<std::string>() : args.dump();
+      out.calls.push_back(std::move(c));
+    }
     content += text.substr(at, open - at);
     at = closed ? close + kCallClose.size() : text.size();
   }
@@ -468,7 +536,7 @@ json response_body(const ApiRequest& r, const ResponseMeta& m, const std::vector
     if (r.endpoint == Endpoint::ChatCompletions) {
       json message = {{"role", "assistant"}, {"content", c.text}};
       if (r.tools)
-        if (const auto calls = parse_tool_calls(c.text)) {
+        if (const auto calls = parse_tool_calls(c.text, r.prompts[0].chat_extra.value("tools", json()))) {
           message["content"] = calls->content.empty() ? json(nullptr) : json(calls->content);
           json tc = json::array();
           for (size_t k = 0; k < calls->calls.size(); ++k) {

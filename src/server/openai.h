@@ -62,9 +62,12 @@ struct ApiContext {
 ApiRequest parse_request(Endpoint endpoint, const std::string& body, const ApiContext& ctx, uint64_t random_seed);
 
 // Tool calls in a model's output, as Qwen's templates ask for them:
-// <tool_call>{"name": ..., "arguments": {...}}</tool_call>. content is the
-// text outside the calls (trimmed). None when there is no call, or one whose
-// body is not such an object (the output is then plain content).
+// <tool_call>{"name": ..., "arguments": {...}}</tool_call> (Qwen2.5, Qwen3),
+// or <tool_call><function=NAME><parameter=ARG>VALUE</parameter>...
+// </function></tool_call> (Qwen3.5, Qwen3-Coder; `tools`, the request's, type
+// the values). content is the text outside the calls (trimmed). None when
+// there is no call, or one whose body is neither form (the output is then
+// plain content).
 struct ToolCall {
   std::string name;
   std::string arguments;  // JSON text, as OpenAI's API carries it
@@ -73,7 +76,8 @@ struct ToolCalls {
   std::string content;
   std::vector<ToolCall> calls;
 };
-std::optional<ToolCalls> parse_tool_calls(const std::string& text);
+std::optional<ToolCalls> parse_tool_calls(const std::string& text,
+                                         const nlohmann::ordered_json& tools = nlohmann::ordered_json());
 
 // A streamed chat with tools: text deltas pass through until a tool call may
 // have started ("<tool_call>", or a prefix of it at the end of the text so

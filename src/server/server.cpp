@@ -532,7 +532,7 @@ struct Server::Impl {
     if (c->api.stream) {
       const char* finish = finish_name(e.finish);
       if (c->api.tools && !ch.filter.held().empty()) {
-        if (const auto calls = parse_tool_calls(ch.filter.held())) {
+        if (const auto calls = parse_tool_calls(ch.filter.held(), c->api.prompts[0].chat_extra.value("tools", json()))) {
           if (!calls->content.empty())
             sse(c->req, delta_chunk(c->api, c->meta, i, calls->content, {}, false, token_text()).dump(-1, ' ', false, json::error_handler_t::replace));
           sse(c->req, tool_calls_chunk(c->api, c->meta, i, calls->calls, false).dump(-1, ' ', false, json::error_handler_t::replace));

@@ -556,9 +556,11 @@ try {
     fs.rmSync(dir, { recursive: true, force: true });
   }
   // Tool calls in the model's output: a checkpoint whose greedy reply is a
-  // call (chain_model.mjs), through the same tools template.
+  // call (chain_model.mjs), through the same tools template; in Qwen3's JSON
+  // form and in Qwen3.5's parameter form.
+  for (const [form, call] of [["json", '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'],
+    ["parameters", "\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"]]) {
   const chainDir = fs.mkdtempSync(path.join(os.tmpdir(), "augur-chain-"));
-  const call = '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n';
   writeChainModel(chainDir, ["<tool_call>", call, "</tool_call>"],
     fs.readFileSync(new URL("./tools_template.jinja", import.meta.url), "utf8"));
   const t1 = Date.now();
@@ -609,13 +611,14 @@ try {
       messages: [...messages, m, { role: "tool", tool_call_id: m.tool_calls[0].id, content: "sunny, 21 C" }] });
     assert.ok(next.usage.prompt_tokens > r.usage.prompt_tokens);
     assert.equal(next.choices[0].finish_reason, "tool_calls");
-    console.log(`ok tool calls in the model's output (${Date.now() - t1} ms)`);
+    console.log(`ok tool calls in the model's output, ${form} form (${Date.now() - t1} ms)`);
   } catch (e) {
     failures++;
-    console.log(`FAIL tool calls in the model's output: ${e.stack || e}`);
+    console.log(`FAIL tool calls in the model's output, ${form} form: ${e.stack || e}`);
   } finally {
     chain.proc.kill("SIGTERM");
     fs.rmSync(chainDir, { recursive: true, force: true });
+  }
   }
   // The prefix cache on a hybrid fixture (Gated DeltaNet + gated attention,
   // random weights) with a byte-level tokenizer: a second turn resumes from

@@ -202,6 +202,37 @@ TEST(OpenAiToolCalls, ParsesQwenCalls) {
   EXPECT_TRUE(parse_tool_calls(nested(100)).has_value());
 }
 
+// Qwen3.5's form: parameters as text, typed by the tool's schema where it
+// declares them other than strings.
+TEST(OpenAiToolCalls, ParsesQwen35ParameterCalls) {
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "book", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}, "nights": {"type": "integer"}, "code": {"type": "string"},
+      "opts": {"type": "object"}}}}}])");
+  const auto calls = parse_tool_calls(
+      "I will book it.\n<tool_call>\n<function=book>\n<parameter=city>\nNew York\n</parameter>\n"
+      "<parameter=nights>\n3\n</parameter>\n<parameter=code>\n007\n</parameter>\n"
+      "<parameter=opts>\n{\"late\": true}\n</parameter>\n<parameter=note>\nfirst line\nsecond\n</parameter>\n"
+      "</function>\n</tool_call>",
+      tools);
+  ASSERT_TRUE(calls.has_value());
+  EXPECT_EQ(calls->content, "I will book it.");
+  ASSERT_EQ(calls->calls.size(), 1u);
+  EXPECT_EQ(calls->calls[0].name, "book");
+  EXPECT_EQ(json::parse(calls->calls[0].arguments),
+            json::parse(R"({"city": "New York", "nights": 3, "code": "007", "opts": {"late": true},
+                            "note": "first line\nsecond"})"));
+  // No schema: values that read as JSON other than strings are that JSON.
+  const auto bare = parse_tool_calls("<tool_call><function=f><parameter=n>42</parameter></function></tool_call>");
+  ASSERT_TRUE(bare.has_value());
+  EXPECT_EQ(bare->calls[0].arguments, R"({"n":42})");
+  // Cut off inside a parameter: the call so far.
+  const auto cut = parse_tool_calls("<tool_call>\n<function=f>\n<parameter=q>\nabc");
+  ASSERT_TRUE(cut.has_value());
+  EXPECT_EQ(cut->calls[0].arguments, R"({"q":"abc"})");
+  EXPECT_FALSE(parse_tool_calls("<tool_call>text <function=f></function></tool_call>").has_value());
+  EXPECT_FALSE(parse_tool_calls("<tool_call><function=></function></tool_call>").has_value());
+}
+
 TEST(OpenAiToolCalls, StreamHoldsBackWhatMayBeACall) {
   ToolCallFilter f;
   std::string sent;
