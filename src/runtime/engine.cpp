@@ -399,7 +399,8 @@ void Engine::accept(Live& r, int32_t token, const float* logits_row, std::vector
     // more, so finish's flush finds the stop in the same text.
     stopped = t.stopped || (!r.stopper->empty() && r.stopper->would_stop(r.decoder->pending()));
   }
-  for (int32_t s : r.stop_ids) stopped |= (s == token);
+  for (int32_t s : r.stop_ids)
+    if (s == token) stopped = e.stop_token = true;
   // A sequence ends where the model's positions do (prompt and generated
   // tokens within max_position_embeddings, as the server's admission counts
   // them), with finish "length", not with a failed forward.

@@ -108,6 +108,7 @@ struct Event {
   bool done = false;
   // The final event only:
   FinishReason finish = FinishReason::Length;
+  bool stop_token = false;  // the last id is a stop id (EOS or stop_ids): no text of its own
   Usage usage;
   Timings timings;
   DraftStats drafts;

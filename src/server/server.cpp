@@ -492,14 +492,18 @@ struct Server::Impl {
       c->any_token = ch.any_token = true;
       ch.last = now;
     }
+    // The logprobs of the text: a closing stop id (EOS) has none, as in
+    // OpenAI's replies, where the tokens of logprobs spell the content.
+    std::vector<TokenLogprob> logprobs = e.logprobs;
+    if (e.done && e.stop_token && !logprobs.empty()) logprobs.pop_back();
     ch.out.text += e.text;
-    ch.out.logprobs.insert(ch.out.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+    ch.out.logprobs.insert(ch.out.logprobs.end(), logprobs.begin(), logprobs.end());
     const bool chat = c->api.endpoint == Endpoint::ChatCompletions;
     if (c->api.stream) {
       start_stream(c);
       const std::string text = c->api.tools ? ch.filter.feed(e.text) : e.text;
-      if (!text.empty() || !e.logprobs.empty() || (chat && !ch.sent_first)) {
-        sse(c->req, delta_chunk(c->api, c->meta, i, text, e.logprobs, chat && !ch.sent_first, token_text()).dump(-1, ' ', false, json::error_handler_t::replace));
+      if (!text.empty() || !logprobs.empty() || (chat && !ch.sent_first)) {
+        sse(c->req, delta_chunk(c->api, c->meta, i, text, logprobs, chat && !ch.sent_first, token_text()).dump(-1, ' ', false, json::error_handler_t::replace));
         ch.sent_first = true;
       }
     }

@@ -575,6 +575,11 @@ try {
     assert.equal(text.choices[0].message.content, "<tool_call>" + call + "</tool_call>");
     assert.equal(text.choices[0].finish_reason, "stop");
     assert.equal(text.choices[0].message.tool_calls, undefined);
+    // The reply ends on EOS, which has no logprob: the tokens spell the content.
+    const lp = await cc.chat.completions.create({ model: "chain", messages, max_tokens: 16, temperature: 0, logprobs: true });
+    assert.equal(lp.choices[0].finish_reason, "stop");
+    assert.equal(lp.choices[0].logprobs.content.map((t) => t.token).join(""), lp.choices[0].message.content);
+    assert.equal(lp.choices[0].logprobs.content.length, lp.usage.completion_tokens - 1);
     // With tools it is a call.
     const r = await cc.chat.completions.create({ model: "chain", messages, tools: weather, max_tokens: 16, temperature: 0 });
     const m = r.choices[0].message;
