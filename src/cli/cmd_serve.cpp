@@ -64,11 +64,12 @@ int serve(const ServeArgs& a) {
   // weights (CUDA: 0.9 by default, less 1 GiB for a step's activations; the
   // host: by default what max_batch requests of 4096 tokens fill).
   const int64_t per_token = std::max<int64_t>(1, info.kv.bytes_per_token(device));
-  // Hybrids: a state slot (and its input history) per running request, and
-  // as many state copies kept by the prefix cache.
+  // Hybrids: a state slot (and its input history) per running request, a
+  // saved copy per running request (the mark a verify rolls back to, or the
+  // cached state it resumed from), and the prefix cache's state copies.
   const int64_t prefix_states = a.prefix_cache ? a.max_batch : 0;
   const int64_t state_bytes =
-      info.recurrent.n_layer > 0 ? info.recurrent.bytes_per_slot() * (a.max_batch + prefix_states) +
+      info.recurrent.n_layer > 0 ? info.recurrent.bytes_per_slot() * (2 * a.max_batch + prefix_states) +
                                        info.recurrent.history_bytes_per_slot() * a.max_batch
                                  : 0;
   int64_t tokens = a.ctx;

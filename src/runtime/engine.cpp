@@ -297,7 +297,6 @@ RequestId Engine::submit(const Prompt& prompt, const RequestParams& params) {
     } else if (int64_t(keep) < s.seq->length()) {
       s.seq->truncate(int64_t(keep));
     }
-    s.busy = true;
     r->session = &s;
     r->seq = s.seq.get();
     r->fed = keep;
@@ -327,6 +326,9 @@ RequestId Engine::submit(const Prompt& prompt, const RequestParams& params) {
   }
   if (params.prompt_logits)
     r->prompt_logits = Tensor::empty(DType::F32, {int64_t(r->prompt.size() - r->fed), n_vocab});
+  // Busy only once nothing above can throw: a failed submit leaves the
+  // session free for the next.
+  if (r->session) r->session->busy = true;
   const RequestId id = r->id;
   live_[id] = std::move(r);
   return id;

@@ -112,6 +112,14 @@ void PrefixCache::remove(Id id) {
 
 bool PrefixCache::evict_one() {
   if (leaves_.empty()) return false;
+  // The least recently used leaf that only the cache holds: its block comes
+  // free. One a running sequence shares frees nothing now (and is the prefix
+  // that sequence's successors will want), so such leaves go last.
+  for (const auto& [used, id] : leaves_)
+    if (pool_->refcount(entries_.at(id).block) == 1) {
+      remove(id);
+      return true;
+    }
   remove(leaves_.begin()->second);
   return true;
 }
