@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <system_error>
+
+#include "core/error.h"
 
 namespace augur {
 
@@ -28,8 +31,21 @@ std::unique_ptr<ThreadPool> g_pool;
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
-  n_threads_ = n_threads > 0 ? n_threads : available_cores();
-  for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { worker(t); });
+  // More threads than cores only contend; far more cannot even start.
+  const int cores = available_cores();
+  if (n_threads > 4 * cores) fail("[threads] ", n_threads, " threads for ", cores, " cores; at most ", 4 * cores);
+  n_threads_ = n_threads > 0 ? n_threads : cores;
+  try {
+    for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { worker(t); });
+  } catch (const std::system_error& e) {
+    // The threads that started are stopped and joined before the error
+    // leaves (a joinable std::thread destroyed would terminate).
+    stop_.store(true);
+    generation_.fetch_add(1);
+    generation_.notify_all();
+    for (auto& w : workers_) w.join();
+    fail("[threads] could not start ", n_threads_, " threads: ", e.what());
+  }
 }
 
 ThreadPool::~ThreadPool() {

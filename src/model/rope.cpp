@@ -36,6 +36,7 @@ std::vector<float> rope_inv_freq(const JsonConfig& cfg, int64_t head_dim, double
   if (type == "default") return inv;
   if (type == "linear") {
     const float factor = float(params.get_float("factor"));
+    if (!(factor > 0)) params.error("factor", "must be positive");
     for (auto& f : inv) f /= factor;
     return inv;
   }
@@ -45,6 +46,9 @@ std::vector<float> rope_inv_freq(const JsonConfig& cfg, int64_t head_dim, double
     const float low = float(params.get_float("low_freq_factor"));
     const float high = float(params.get_float("high_freq_factor"));
     const float old_ctx = float(params.get_int("original_max_position_embeddings"));
+    if (!(factor > 0)) params.error("factor", "must be positive");
+    if (!(low > 0)) params.error("low_freq_factor", "must be positive");
+    if (!(old_ctx > 0)) params.error("original_max_position_embeddings", "must be positive");
     if (!(high > low)) params.error("high_freq_factor", "must exceed low_freq_factor");
     const float low_wavelen = old_ctx / low, high_wavelen = old_ctx / high;
     const float pi = float(M_PI);

@@ -217,6 +217,7 @@ TEST(Cli, BadArgumentsAreClearErrors) {
   expect_error(run("bench"), {"--synthetic"});
   expect_error(run("bench " + kData + "/qwen3 --synthetic qwen3-0.6b"), {"one of them"});
   expect_error(run("run " + kData + "/qwen3 --prompt-ids 1,2 --block-size 0"), {"--block-size"});
+  expect_error(run("run " + kData + "/qwen3 --prompt-ids 1,2 -t 100000"), {"100000 threads"});
   expect_error(run("run " + kData + "/qwen3 --prompt-ids 1,2 --block-size -3"), {"--block-size"});
   // A draft source that is none fails before anything is measured; the MTP
   // head a checkpoint lacks, once it is loaded, before any prefill is timed.
@@ -428,6 +429,15 @@ TEST(Cli, GenerationEndsAtTheModelsLastPosition) {
   ASSERT_EQ(full.status, 0) << full.out;
   EXPECT_EQ(j["ids"], nlohmann::json::parse(full.out.substr(full.out.find('{')))["ids"]);
   expect_error(run("run " + m.path() + " --prompt-ids " + ids + "," + ids + " -n 2"), {"20 tokens", "16 positions"});
+}
+
+TEST(CliMalformed, RopeFactorMustBePositive) {
+  TempModel m("qwen3");
+  nlohmann::json cfg = nlohmann::json::parse(m.read("config.json"));
+  cfg["rope_parameters"]["rope_type"] = "linear";
+  cfg["rope_parameters"]["factor"] = 0;
+  m.write("config.json", cfg.dump());
+  expect_error(run("run " + m.path() + " --prompt-ids 1"), {"config.json", "factor", "positive"});
 }
 
 TEST(CliMalformed, QuantizedCheckpointIsNamed) {
