@@ -44,14 +44,20 @@ int perplexity_cmd(const PerplexityArgs& a) {
   if (ids.size() < 2) fail("[cli] perplexity: '", a.file, "' encodes to ", ids.size(), " tokens; need 2 or more");
 
   const Device device = a.device.empty() ? default_device() : parse_device(a.device);
+  // A window longer than the text is the text (the cache is sized by it).
+  const int64_t window = std::min<int64_t>(a.window, int64_t(ids.size()) - 1);
+  auto model = load_model(a.model, device);
+  if (model->info().max_position > 0 && window > model->info().max_position)
+    fail("[cli] perplexity: --window ", window, " exceeds the model's ", model->info().max_position,
+         " positions (max_position_embeddings)");
   EngineOptions eo;
-  eo.max_cached_tokens = a.window + 1;
+  eo.max_cached_tokens = window + 1;
   eo.max_sequences = 1;
-  Engine engine(load_model(a.model, device), std::nullopt, eo);
+  Engine engine(std::move(model), std::nullopt, eo);
   PerplexityOptions po;
-  po.window = a.window;
+  po.window = window;
   po.max_windows = a.max_windows;
-  const int64_t n_windows = (int64_t(ids.size()) - 1 + a.window - 1) / a.window;
+  const int64_t n_windows = (int64_t(ids.size()) - 1 + window - 1) / window;
   Progress progress("perplexity", a.max_windows > 0 ? std::min(a.max_windows, n_windows) : n_windows);
   po.on_window = [&](int64_t done, int64_t) { progress.update(done); };
   const PerplexityResult r = perplexity(engine, ids, po);
@@ -68,7 +74,7 @@ int perplexity_cmd(const PerplexityArgs& a) {
   if (a.json) {
     nlohmann::json out = {{"model", a.model},     {"model_type", engine.info().model_type},
                           {"device", device_name(device)}, {"file", a.file},
-                          {"text_tokens", ids.size()}, {"window", a.window},
+                          {"text_tokens", ids.size()}, {"window", window},
                           {"windows", r.windows}, {"tokens", r.tokens},
                           {"mean_nll", r.mean_nll}, {"ppl", r.ppl},
                           {"seconds", r.seconds}, {"tokens_per_s", tps}};
@@ -76,7 +82,7 @@ int perplexity_cmd(const PerplexityArgs& a) {
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf("perplexity %.4f (mean NLL %.6f nats over %lld tokens, %lld windows of %lld) | %.0f tok/s\n", r.ppl,
-                r.mean_nll, (long long)r.tokens, (long long)r.windows, (long long)a.window, tps);
+                r.mean_nll, (long long)r.tokens, (long long)r.windows, (long long)window, tps);
     if (mtp)
       std::printf("MTP head: its top-1 at t+2 is the model's greedy choice at %.2f%% of %lld positions\n",
                   100.0 * mtp->rate, (long long)mtp->positions);

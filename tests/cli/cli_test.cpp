@@ -163,6 +163,14 @@ TEST(Cli, PerplexityOfHeldOutText) {
   EXPECT_EQ(nlohmann::json::parse(w.out)["tokens"], 300);
   expect_error(run("perplexity -f /nonexistent/text.txt"), {"/nonexistent/text.txt"});
   expect_error(run("perplexity -f " + file.string() + " --window 0"), {"--window"});
+  // A window beyond the model's 2048 positions: refused before any forward.
+  const fs::path longer = fs::temp_directory_path() / ("augur_ppl_long_" + std::to_string(::getpid()) + ".txt");
+  {
+    std::ofstream f(longer);
+    for (int i = 0; i < 800; ++i) f << "The river runs to the sea. ";
+  }
+  expect_error(run("perplexity -f " + longer.string() + " --window 2500"), {"--window 2500", "2048 positions"});
+  fs::remove(longer);
   fs::remove(file);
 }
 
