@@ -3,6 +3,7 @@
 #include <immintrin.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -30,10 +31,12 @@ std::unique_ptr<ThreadPool> g_pool;
 
 }  // namespace
 
+int ThreadPool::max_threads() { return std::max(64, 4 * available_cores()); }
+
 ThreadPool::ThreadPool(int n_threads) {
-  // More threads than cores only contend; far more cannot even start.
   const int cores = available_cores();
-  if (n_threads > 4 * cores) fail("[threads] ", n_threads, " threads for ", cores, " cores; at most ", 4 * cores);
+  if (n_threads > max_threads())
+    fail("[threads] ", n_threads, " threads for ", cores, " cores; at most ", max_threads());
   n_threads_ = n_threads > 0 ? n_threads : cores;
   try {
     for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { worker(t); });
@@ -113,6 +116,7 @@ ThreadPool& ThreadPool::global() {
   if (!g_pool) {
     int n = 0;
     if (const char* env = std::getenv("AUGUR_THREADS")) n = std::atoi(env);
+    if (n > max_threads()) n = 0;  // as for any value that is not a thread count: the default
     g_pool = std::make_unique<ThreadPool>(n);
   }
   return *g_pool;

@@ -34,6 +34,9 @@ class ThreadPool {
   // The process-wide pool (sized by AUGUR_THREADS or the core count).
   static ThreadPool& global();
   static void set_global_threads(int n_threads);
+  // The most threads a pool takes: 4 a core, at least 64 (more only
+  // contend, and far more cannot start).
+  static int max_threads();
 
  private:
   void worker(int tid);

@@ -134,9 +134,12 @@ void Scheduler::loop() {
         // clients look for (the server adds its code).
         if (w.params.fit_max_tokens)
           w.params.max_tokens = std::clamp<int64_t>(tokens_left(n, w.params), 0, w.params.max_tokens);
-        if (n + w.params.max_tokens > capacity_tokens_ || (w.params.fit_max_tokens && w.params.max_tokens < 1))
+        if (n + w.params.max_tokens > capacity_tokens_)
           fail("this model's maximum context length is ", capacity_tokens_, " tokens; the prompt (", n,
-               " tokens) and max_tokens (", std::max<int64_t>(w.params.max_tokens, 1), ") exceed it");
+               " tokens) and max_tokens (", w.params.max_tokens, ") exceed it");
+        if (w.params.fit_max_tokens && w.params.max_tokens < 1)
+          fail("the prompt (", n, " tokens) leaves no room to generate within this server's maximum context length of ",
+               capacity_tokens_, " tokens (the KV blocks a request holds beside its tokens included)");
         const int64_t need = blocks_for(n, w.params);
         if (need > total_blocks_)
           fail("the prompt (", n, " tokens) and max_tokens (", w.params.max_tokens, ") need ", need,

@@ -23,6 +23,13 @@ json ApiError::body() const {
 
 namespace {
 
+std::string trim(std::string_view s) {
+  size_t a = 0, b = s.size();
+  while (a < b && std::isspace((unsigned char)s[a])) ++a;
+  while (b > a && std::isspace((unsigned char)s[b - 1])) --b;
+  return std::string(s.substr(a, b - a));
+}
+
 [[noreturn]] void bad(const std::string& param, const std::string& message) {
   throw ApiError{400, message, "invalid_request_error", param, ""};
 }
@@ -241,12 +248,17 @@ ApiRequest parse_request(Endpoint endpoint, const std::string& text, const ApiCo
         // (tojson), so the text is parsed back where it holds an object.
         for (json& call : m["tool_calls"]) {
           if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
-          json& args = call["function"]["arguments"];
-          if (!args.is_string()) continue;
-          const std::string text = args.get<std::string>();
+          json& fn = call["function"];
+          auto args = fn.find("arguments");
+          if (args == fn.end() || !args->is_string()) continue;
+          const std::string text = args->get<std::string>();
+          if (trim(text).empty()) {  // a call without arguments
+            *args = json::object();
+            continue;
+          }
           if (!nesting_within(text, kMaxJsonDepth)) continue;
           json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
-          if (parsed.is_object()) args = std::move(parsed);
+          if (parsed.is_object()) *args = std::move(parsed);
         }
       }
     }
@@ -393,31 +405,46 @@ json usage_json(const Usage& u) {
 namespace {
 constexpr std::string_view kCallOpen = "<tool_call>", kCallClose = "</tool_call>";
 
-std::string trim(std::string_view s) {
-  size_t a = 0, b = s.size();
-  while (a < b && std::isspace((unsigned char)s[a])) ++a;
-  while (b > a && std::isspace((unsigned char)s[b - 1])) --b;
-  return std::string(s.substr(a, b - a));
-}
 }  // namespace
 
 namespace {
 
-// The declared JSON type of a tool's parameter ("" where the tools do not say).
-std::string param_type(const json& tools, const std::string& fn, const std::string& param) {
-  if (!tools.is_array()) return "";
+// Whether a tool declares a parameter with a JSON type other than string
+// (a "type" that is, or lists, only non-string types; anyOf / oneOf whose
+// members all are). Undeclared parameters are strings, as the model wrote
+// them.
+bool typed_not_string(const json& schema) {
+  if (!schema.is_object()) return false;
+  if (schema.contains("type")) {
+    const json& t = schema["type"];
+    if (t.is_string()) return t != "string";
+    if (t.is_array()) {
+      for (const json& m : t)
+        if (!m.is_string() || m == "string") return false;
+      return !t.empty();
+    }
+    return false;
+  }
+  for (const char* key : {"anyOf", "oneOf"})
+    if (schema.contains(key) && schema[key].is_array() && !schema[key].empty()) {
+      for (const json& m : schema[key])
+        if (!typed_not_string(m)) return false;
+      return true;
+    }
+  return false;
+}
+
+bool param_is_typed(const json& tools, const std::string& fn, const std::string& param) {
+  if (!tools.is_array()) return false;
   for (const json& t : tools) {
     const json* f = t.is_object() && t.contains("function") ? &t["function"] : nullptr;
     if (!f || !f->is_object() || f->value("name", "") != fn) continue;
-    const json* props = f->contains("parameters") && (*f)["parameters"].is_object() &&
-                                (*f)["parameters"].contains("properties")
-                            ? &(*f)["parameters"]["properties"]
-                            : nullptr;
-    if (props && props->is_object() && props->contains(param) && (*props)[param].is_object() &&
-        (*props)[param].contains("type") && (*props)[param]["type"].is_string())
-      return (*props)[param]["type"].get<std::string>();
+    const json& params = f->contains("parameters") ? (*f)["parameters"] : json();
+    if (params.is_object() && params.contains("properties") && params["properties"].is_object() &&
+        params["properties"].contains(param))
+      return typed_not_string(params["properties"][param]);
   }
-  return "";
+  return false;
 }
 
 // Qwen3.5's (and Qwen3-Coder's) form of a call's body:
@@ -426,14 +453,23 @@ std::string param_type(const json& tools, const std::string& fn, const std::stri
 //   VALUE
 //   </parameter>
 //   </function>
-// A value is text; where the tool declares the parameter other than a
-// string, a value that parses as JSON is taken as that JSON.
-std::optional<ToolCall> parse_xml_call(std::string_view body, const json& tools) {
-  constexpr std::string_view kFn = "<function=", kParam = "<parameter=", kParamEnd = "</parameter>";
+// A value is text, ending at its </parameter> (or, where the model left that
+// out, at the next <parameter= or </function>); where the tool declares the
+// parameter with a non-string type, a value that parses as JSON is that JSON.
+// A call is taken once </function> (or the closing </tool_call>: `closed`)
+// ends it: one cut off by max_tokens is the reply's text, finish "length".
+std::optional<ToolCall> parse_xml_call(std::string_view body, bool closed, const json& tools) {
+  constexpr std::string_view kFn = "<function=", kFnEnd = "</function>", kParam = "<parameter=",
+                             kParamEnd = "</parameter>";
   const size_t fn = body.find(kFn);
   if (fn == std::string_view::npos || !trim(body.substr(0, fn)).empty()) return std::nullopt;
   const size_t name_end = body.find('>', fn);
   if (name_end == std::string_view::npos) return std::nullopt;
+  size_t fn_end = body.find(kFnEnd, name_end);
+  if (fn_end == std::string_view::npos) {
+    if (!closed) return std::nullopt;
+    fn_end = body.size();
+  }
   ToolCall c;
   c.name = trim(body.substr(fn + kFn.size(), name_end - fn - kFn.size()));
   if (c.name.empty()) return std::nullopt;
@@ -441,23 +477,21 @@ std::optional<ToolCall> parse_xml_call(std::string_view body, const json& tools)
   size_t at = name_end + 1;
   for (;;) {
     const size_t p = body.find(kParam, at);
-    if (p == std::string_view::npos) break;
+    if (p == std::string_view::npos || p >= fn_end) break;
     const size_t pname_end = body.find('>', p);
-    if (pname_end == std::string_view::npos) return std::nullopt;
+    if (pname_end == std::string_view::npos || pname_end >= fn_end) break;
     const std::string pname = trim(body.substr(p + kParam.size(), pname_end - p - kParam.size()));
-    size_t end = body.find(kParamEnd, pname_end);
-    if (end == std::string_view::npos) end = body.size();  // cut off by max_tokens
+    const size_t end = std::min({body.find(kParamEnd, pname_end), body.find(kParam, pname_end), fn_end});
     std::string_view value = body.substr(pname_end + 1, end - pname_end - 1);
     if (!value.empty() && value.front() == '\n') value.remove_prefix(1);
     if (!value.empty() && value.back() == '\n') value.remove_suffix(1);
-    const std::string type = param_type(tools, c.name, pname);
     json v = value;
-    if (type != "string" && nesting_within(value, kMaxJsonDepth)) {
+    if (param_is_typed(tools, c.name, pname) && nesting_within(value, kMaxJsonDepth)) {
       json parsed = json::parse(value, nullptr, /*allow_exceptions=*/false);
-      if (!parsed.is_discarded() && (type != "" || !parsed.is_string())) v = std::move(parsed);
+      if (!parsed.is_discarded()) v = std::move(parsed);
     }
     args[pname] = std::move(v);
-    at = end == body.size() ? end : end + kParamEnd.size();
+    at = body.substr(end, kParamEnd.size()) == kParamEnd ? end + kParamEnd.size() : end;
   }
   c.arguments = args.dump();
   return c;
@@ -477,7 +511,7 @@ std::optional<ToolCalls> parse_tool_calls(const std::string& text, const json& t
     const bool closed = close != std::string::npos;
     if (!closed) close = text.size();  // a call cut off by max_tokens or a stop token
     const std::string_view call_text = std::string_view(text).substr(body, close - body);
-    if (auto xml = parse_xml_call(call_text, tools)) {
+    if (auto xml = parse_xml_call(call_text, closed, tools)) {
       out.calls.push_back(std::move(*xml));
     } else {
       if (!nesting_within(call_text, kMaxJsonDepth)) return std::nullopt;

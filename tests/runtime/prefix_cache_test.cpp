@@ -219,11 +219,14 @@ TEST_P(PrefixCacheFamilies, PreemptionWhenBlocksRunOutKeepsGreedyOutput) {
 TEST_P(PrefixCacheFamilies, ChunksCutShortAreCountedWhenMakingRoom) {
   const std::string family = GetParam();
   const int64_t V = load_model(dir_of(family))->info().n_vocab;
-  // The first request holds 40 tokens (its prompt and the 3 replies it
-  // fed): the others resume there, 8 tokens into a block they share.
+  // The first request holds 44 tokens (its prompt and the 7 replies it
+  // fed): the others resume there, 12 tokens into a block they share. With
+  // 26 tokens a step, the first's chunk (44..70) is cut at 64 and the next
+  // takes the 6 left (44..50): a copy of the shared block and a new one,
+  // which counting 26 tokens for the first alone left out.
   const auto first = random_ids(37, V, 71);
-  auto reply = cold(family, first, 4);
-  reply.resize(3);
+  auto reply = cold(family, first, 8);
+  reply.resize(7);
   std::vector<std::vector<int32_t>> prompts;
   for (uint32_t i = 0; i < 3; ++i) prompts.push_back(cat(cat(first, reply), random_ids(30, V, 80 + i)));
   std::vector<std::vector<int32_t>> alone;
@@ -232,9 +235,9 @@ TEST_P(PrefixCacheFamilies, ChunksCutShortAreCountedWhenMakingRoom) {
     SCOPED_TRACE("cache of " + std::to_string(tokens) + " tokens");
     EngineOptions eo;
     eo.max_cached_tokens = tokens;
-    eo.step_tokens = 24;
+    eo.step_tokens = 26;
     auto e = cached_engine(family, eo);
-    run(*e, first, 4);
+    run(*e, first, 8);
     RequestParams p;
     p.ignore_eos = true;
     p.max_tokens = 12;

@@ -203,34 +203,58 @@ TEST(OpenAiToolCalls, ParsesQwenCalls) {
 }
 
 // Qwen3.5's form: parameters as text, typed by the tool's schema where it
-// declares them other than strings.
+// declares them other than strings; a call cut off before </function> is
+// text.
 TEST(OpenAiToolCalls, ParsesQwen35ParameterCalls) {
   const json tools = json::parse(R"([{"type": "function", "function": {"name": "book", "parameters": {"type": "object",
-      "properties": {"city": {"type": "string"}, "nights": {"type": "integer"}, "code": {"type": "string"},
-      "opts": {"type": "object"}}}}}])");
+      "properties": {"city": {"type": "string"}, "nights": {"type": "integer"}, "zip": {"type": ["string", "null"]},
+      "opts": {"type": "object"}, "code": {"anyOf": [{"type": "string"}, {"type": "null"}]}}}}}])");
   const auto calls = parse_tool_calls(
       "I will book it.\n<tool_call>\n<function=book>\n<parameter=city>\nNew York\n</parameter>\n"
-      "<parameter=nights>\n3\n</parameter>\n<parameter=code>\n007\n</parameter>\n"
-      "<parameter=opts>\n{\"late\": true}\n</parameter>\n<parameter=note>\nfirst line\nsecond\n</parameter>\n"
-      "</function>\n</tool_call>",
+      "<parameter=nights>\n3\n</parameter>\n<parameter=zip>\n94105\n</parameter>\n"
+      "<parameter=opts>\n{\"late\": true}\n</parameter>\n<parameter=code>\n123\n</parameter>\n"
+      "<parameter=note>\nfirst line\nsecond\n</parameter>\n</function>\n</tool_call>",
       tools);
   ASSERT_TRUE(calls.has_value());
   EXPECT_EQ(calls->content, "I will book it.");
   ASSERT_EQ(calls->calls.size(), 1u);
   EXPECT_EQ(calls->calls[0].name, "book");
   EXPECT_EQ(json::parse(calls->calls[0].arguments),
-            json::parse(R"({"city": "New York", "nights": 3, "code": "007", "opts": {"late": true},
-                            "note": "first line\nsecond"})"));
-  // No schema: values that read as JSON other than strings are that JSON.
+            json::parse(R"({"city": "New York", "nights": 3, "zip": "94105", "opts": {"late": true},
+                            "code": "123", "note": "first line\nsecond"})"));
+  // No schema: every value is the text the model wrote.
   const auto bare = parse_tool_calls("<tool_call><function=f><parameter=n>42</parameter></function></tool_call>");
   ASSERT_TRUE(bare.has_value());
-  EXPECT_EQ(bare->calls[0].arguments, R"({"n":42})");
-  // Cut off inside a parameter: the call so far.
-  const auto cut = parse_tool_calls("<tool_call>\n<function=f>\n<parameter=q>\nabc");
-  ASSERT_TRUE(cut.has_value());
-  EXPECT_EQ(cut->calls[0].arguments, R"({"q":"abc"})");
+  EXPECT_EQ(bare->calls[0].arguments, R"({"n":"42"})");
+  // A value whose </parameter> is missing ends at the next tag.
+  const auto loose = parse_tool_calls(
+      "<tool_call>\n<function=f>\n<parameter=a>\n1\n<parameter=b>\n2\n</function>\n</tool_call>");
+  ASSERT_TRUE(loose.has_value());
+  EXPECT_EQ(json::parse(loose->calls[0].arguments), json::parse(R"({"a": "1", "b": "2"})"));
+  // Cut off before </function> (max_tokens): text, not a call.
+  EXPECT_FALSE(parse_tool_calls("<tool_call>\n<function=f>\n<parameter=q>\nabc").has_value());
+  EXPECT_FALSE(parse_tool_calls("<tool_call>\n<function=f>\n").has_value());
+  // Closed by </tool_call> without </function>: the model ended the call.
+  EXPECT_TRUE(parse_tool_calls("<tool_call><function=f><parameter=q>x</parameter></tool_call>").has_value());
   EXPECT_FALSE(parse_tool_calls("<tool_call>text <function=f></function></tool_call>").has_value());
   EXPECT_FALSE(parse_tool_calls("<tool_call><function=></function></tool_call>").has_value());
+}
+
+// A history's call arguments, JSON text as OpenAI sends them, reach the
+// template as objects; absent ones stay absent, empty ones are {}.
+TEST(OpenAiParse, HistoryToolCallArgumentsAreObjects) {
+  const ApiRequest r = parse_request(Endpoint::ChatCompletions, R"({"messages": [{"role": "user", "content": "x"},
+      {"role": "assistant", "content": null, "tool_calls": [
+        {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{\"k\": 1}"}},
+        {"id": "b", "type": "function", "function": {"name": "g", "arguments": ""}},
+        {"id": "c", "type": "function", "function": {"name": "h"}},
+        {"id": "d", "type": "function", "function": {"name": "i", "arguments": "not json"}}]},
+      {"role": "tool", "tool_call_id": "a", "content": "1"}]})", context(), 7);
+  const json& calls = r.prompts[0].messages[1]["tool_calls"];
+  EXPECT_EQ(calls[0]["function"]["arguments"], json::parse(R"({"k": 1})"));
+  EXPECT_EQ(calls[1]["function"]["arguments"], json::object());
+  EXPECT_FALSE(calls[2]["function"].contains("arguments"));
+  EXPECT_EQ(calls[3]["function"]["arguments"], "not json");
 }
 
 TEST(OpenAiToolCalls, StreamHoldsBackWhatMayBeACall) {
