@@ -50,6 +50,9 @@ ChatTemplateConfig parse_chat_template_config(const nlohmann::ordered_json& conf
              "' (has: ", names, ")");
       }
       out.chat_template = it->second;
+      if (template_name == "default")
+        if (const auto tu = out.named_templates.find("tool_use"); tu != out.named_templates.end())
+          out.tool_use_template = tu->second;
     } else {
       fail("[chat_template] ", where, ": chat_template must be a string or a list of {name, template}, got ",
            ct->type_name());
@@ -88,6 +91,34 @@ ChatTemplateConfig load_chat_template_config(const std::string& path, std::strin
     out = parse_chat_template_config(config, config_path.string(), template_name);
   }
   if (!jinja_path.empty() && fs::exists(jinja_path)) out.chat_template = read_file(jinja_path);
+  // Older checkpoints keep some special tokens in special_tokens_map.json
+  // alone: it gives those tokenizer_config.json leaves out.
+  if (!jinja_path.empty()) {
+    const fs::path map_path = jinja_path.parent_path() / "special_tokens_map.json";
+    if (fs::exists(map_path)) {
+      nlohmann::ordered_json map;
+      try {
+        map = nlohmann::ordered_json::parse(read_file(map_path));
+      } catch (const nlohmann::json::exception& e) {
+        fail("[chat_template] ", map_path.string(), ": bad JSON: ", e.what());
+      }
+      if (map.is_object()) {
+        const ChatTemplateConfig from_map = parse_chat_template_config(map, map_path.string(), template_name);
+        for (const auto& [key, value] : from_map.special_tokens.items())
+          if (!out.special_tokens.contains(key)) out.special_tokens[key] = value;
+      }
+    }
+  }
+  // Newer transformers saves named templates beside it, one file each.
+  if (!jinja_path.empty()) {
+    const fs::path more = jinja_path.parent_path() / "additional_chat_templates";
+    if (fs::is_directory(more))
+      for (const auto& f : fs::directory_iterator(more))
+        if (f.path().extension() == ".jinja") out.named_templates[f.path().stem().string()] = read_file(f.path());
+    if (template_name == "default")
+      if (const auto tu = out.named_templates.find("tool_use"); tu != out.named_templates.end())
+        out.tool_use_template = tu->second;
+  }
   return out;
 }
 
@@ -99,7 +130,10 @@ ChatTemplate::ChatTemplate(std::string source, nlohmann::ordered_json special_to
 }
 
 ChatTemplate::ChatTemplate(const ChatTemplateConfig& config)
-    : ChatTemplate(config.chat_template, config.special_tokens) {}
+    : ChatTemplate(config.chat_template, config.special_tokens) {
+  if (!config.tool_use_template.empty())
+    tool_use_ = std::make_unique<jinja::Template>(config.tool_use_template, "chat_template tool_use");
+}
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& context) const {
   return template_.render(context);
@@ -114,7 +148,8 @@ std::string ChatTemplate::apply(const nlohmann::ordered_json& messages, bool add
   context["documents"] = nullptr;
   context["add_generation_prompt"] = add_generation_prompt;
   for (auto it = extra.begin(); it != extra.end(); ++it) context[it.key()] = it.value();
-  return template_.render(context);
+  const bool tools = extra.contains("tools") && !extra["tools"].is_null();
+  return (tools && tool_use_ ? *tool_use_ : template_).render(context);
 }
 
 std::string apply_chat_template(const std::string& source, const nlohmann::ordered_json& messages,

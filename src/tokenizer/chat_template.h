@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -20,6 +21,10 @@ struct ChatTemplateConfig {
   // Every template by name when tokenizer_config.json holds a list of
   // {name, template} ("default", "tool_use", ...); else empty.
   std::map<std::string, std::string> named_templates;
+  // The "tool_use" template, where the checkpoint names one beside the
+  // default (tokenizer_config.json's list, or additional_chat_templates/
+  // tool_use.jinja): transformers renders with it whenever tools are given.
+  std::string tool_use_template;
   // transformers' special_tokens_map as template variables: bos_token,
   // eos_token, unk_token, sep_token, pad_token, cls_token, mask_token, each
   // a string (an AddedToken object gives its "content"); null ones absent.
@@ -54,7 +59,9 @@ class ChatTemplate {
   // apply_chat_template(messages, tokenize=False, add_generation_prompt, **extra):
   // the variables are the special tokens, `messages`, `tools` and `documents`
   // (null unless in extra) and `add_generation_prompt`, then the members of
-  // `extra` (e.g. tools, enable_thinking, bos_token), which win.
+  // `extra` (e.g. tools, enable_thinking, bos_token), which win. With tools
+  // (non-null extra["tools"]) the config's tool_use template renders, where
+  // there is one.
   std::string apply(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                     const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
 
@@ -65,6 +72,7 @@ class ChatTemplate {
   std::string source_;
   nlohmann::ordered_json special_tokens_;
   jinja::Template template_;
+  std::unique_ptr<jinja::Template> tool_use_;  // ChatTemplateConfig::tool_use_template
 };
 
 // One-shot ChatTemplate(source).apply(messages, add_generation_prompt, extra).

@@ -184,6 +184,34 @@ TEST(ChatTemplate, ChatTemplateJinjaFileWins) {
   std::filesystem::remove_all(dir);
 }
 
+// As transformers' get_chat_template: with tools given, the checkpoint's
+// "tool_use" template renders (Hermes-2-Pro, Command-R name one), else the
+// default; from tokenizer_config.json's list or additional_chat_templates/.
+TEST(ChatTemplate, ToolsPickTheToolUseTemplate) {
+  const auto messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "f"}}])");
+  const ChatTemplate listed(parse_chat_template_config(nlohmann::ordered_json::parse(R"({"chat_template": [
+      {"name": "default", "template": "D {{ tools }}"}, {"name": "tool_use", "template": "T {{ tools|length }}"}]})"),
+      "test"));
+  EXPECT_EQ(listed.apply(messages, false), "D None");
+  EXPECT_EQ(listed.apply(messages, false, {{"tools", nullptr}}), "D None");
+  EXPECT_EQ(listed.apply(messages, false, {{"tools", tools}}), "T 1");
+  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "augur_chat_template_additional";
+  std::filesystem::create_directories(dir / "additional_chat_templates");
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "</s>"})";
+  std::ofstream(dir / "chat_template.jinja") << "D";
+  std::ofstream(dir / "additional_chat_templates" / "tool_use.jinja") << "T {{ bos_token }}{{ eos_token }}";
+  // special_tokens_map.json gives what tokenizer_config.json leaves out.
+  std::ofstream(dir / "special_tokens_map.json")
+      << R"({"bos_token": {"content": "<s>", "lstrip": false}, "eos_token": "<other>"})";
+  const ChatTemplate files(load_chat_template_config(dir.string()));
+  EXPECT_EQ(files.apply(messages, false), "D");
+  EXPECT_EQ(files.apply(messages, false, {{"tools", tools}}), "T <s></s>");
+  std::filesystem::remove_all(dir);
+  // A template without a tool_use one renders the tools itself.
+  EXPECT_EQ(ChatTemplate("X {{ tools|length }}").apply(messages, false, {{"tools", tools}}), "X 1");
+}
+
 TEST(ChatTemplate, MissingConfigIsAnError) {
   EXPECT_THROW(load_chat_template_config("/nonexistent/augur/tokenizer_config.json"), Error);
 }

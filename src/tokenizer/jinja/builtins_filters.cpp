@@ -305,7 +305,11 @@ Value f_list(Interpreter& in, const Value& v, CallArgs& args) {
   return Value::list(in.iterate(v));
 }
 
+// jinja2's map, select, reject, selectattr and rejectattr yield nothing for
+// a false value (none, 0, an empty string), before they look at their
+// arguments: templates map a field that may be null (tool_calls).
 Value f_map(Interpreter& in, const Value& v, CallArgs& args) {
+  if (!v.truthy()) return Value::generator({});
   std::vector<Value> out;
   const Value* attribute = nullptr;
   const Value* dflt = nullptr;
@@ -338,6 +342,7 @@ Value f_map(Interpreter& in, const Value& v, CallArgs& args) {
 }
 
 Value select_impl(Interpreter& in, const Value& v, CallArgs& args, bool keep, bool by_attribute) {
+  if (!v.truthy()) return Value::generator({});
   std::optional<std::string> attribute;
   size_t next = 0;
   if (by_attribute) {
