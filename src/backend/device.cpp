@@ -208,6 +208,8 @@ float max_abs(const Tensor& t) {
   return m;
 }
 
+uint64_t scratch_generation(Device d) { return d == Device::CUDA ? cuda::scratch_generation() : 0; }
+
 void synchronize(Device d) {
   if (d == Device::CUDA) cuda::synchronize();
 }

@@ -76,6 +76,9 @@ Tensor select_cols(const Tensor& w, int64_t begin, int64_t end);
 float max_abs(const Tensor& t);
 // Waits until all work queued on `d` is done (no-op on the CPU).
 void synchronize(Device d);
+// Changes whenever `d` reallocates a scratch buffer its ops share (0 on the
+// CPU): work recorded before the change must be recorded again.
+uint64_t scratch_generation(Device d);
 
 // Device work recorded once and replayed with one launch (a CUDA graph): the
 // replay reads and writes the same memory as the recording, so everything it

@@ -104,24 +104,34 @@ void Executor::run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, con
     if (!direct) copy_tensor(out, logits);
     return;
   }
-  auto& step = steps_[{kv.id(), int64_t(plan.rows.size()), m, n_out, ctx}];
+  const auto key = std::make_tuple(kv.id(), int64_t(plan.rows.size()), m, n_out, ctx);
+  auto& step = steps_[key];
   const void* logits_at = direct ? logits.raw() : nullptr;
   const void* ids_at = ids.defined() ? ids.raw() : nullptr;
-  if (!step || step->logits_at != logits_at || step->ids_at != ids_at || step->bound != bound) {
-    // First step of this shape (or of new addresses): run it eagerly (its
-    // allocations happen now, outside the recording), then record the same
-    // step for later replays.
-    if (!step) step = std::make_unique<Step>(Step{Scratch(device_), plan, nullptr, nullptr, nullptr, {}});
-    step->plan = plan;
-    step->work.reset();
-    step->logits_at = logits_at;
-    step->ids_at = ids_at;
-    step->bound = std::move(bound);
-    upload(step->plan, device_, kv, ctx, ids);
-    Tensor out = direct ? logits : step->scratch.get("logits", {n_out, n_vocab});
-    body(step->plan, step->scratch, out);
-    if (!direct) copy_tensor(out, logits);
-    step->work = capture(device_, [&] { body(step->plan, step->scratch, out); });
+  if (!step || !step->work || step->logits_at != logits_at || step->ids_at != ids_at || step->bound != bound ||
+      step->scratch_generation != scratch_generation(device_)) {
+    // First step of this shape (or of new addresses, its own or the shared
+    // scratch's): run it eagerly (its allocations happen now, outside the
+    // recording), then record the same step for later replays. A step whose
+    // run or recording failed is forgotten, never replayed half-made.
+    try {
+      if (!step) step = std::make_unique<Step>(Step{Scratch(device_), plan, nullptr, nullptr, nullptr, {}, 0});
+      step->plan = plan;
+      step->work.reset();
+      step->logits_at = logits_at;
+      step->ids_at = ids_at;
+      step->bound = std::move(bound);
+      upload(step->plan, device_, kv, ctx, ids);
+      Tensor out = direct ? logits : step->scratch.get("logits", {n_out, n_vocab});
+      body(step->plan, step->scratch, out);
+      if (!direct) copy_tensor(out, logits);
+      step->scratch_generation = scratch_generation(device_);
+      step->work = capture(device_, [&] { body(step->plan, step->scratch, out); });
+      ++recordings_;
+    } catch (...) {
+      steps_.erase(key);
+      throw;
+    }
     return;
   }
   ops::reupload_batch(step->plan.device, plan.tokens, plan.rows, kv.block_size());

@@ -88,6 +88,8 @@ class Executor {
   // the new layout.
   void run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, const Tensor& ids, const Body& body,
            std::vector<const void*> bound = {}, bool eager = false);
+  // Steps recorded so far (a test's window on when a step records again).
+  int64_t recordings() const { return recordings_; }
 
  private:
   struct Step {
@@ -100,11 +102,13 @@ class Executor {
     const void* logits_at = nullptr;
     const void* ids_at = nullptr;
     std::vector<const void*> bound;
+    uint64_t scratch_generation = 0;  // the device's shared scratch when recorded (scratch_generation)
   };
   Device device_;
   bool graphs_;
   Scratch scratch_;  // forwards that are not recorded
   std::map<std::tuple<uint64_t, int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<Step>> steps_;
+  int64_t recordings_ = 0;
 };
 
 }  // namespace augur

@@ -65,6 +65,8 @@ class Runner {
   void rollback(std::span<Sequence* const> seqs, std::span<const int64_t> keep);
   // Tokens rollbacks fed through the model again (no kept inputs covered them).
   int64_t refed_tokens() const { return refed_tokens_; }
+  // Forwards recorded as device graphs so far (tests).
+  int64_t recordings() const { return executor_.recordings() + replay_executor_.recordings(); }
 
   // ops::sample_async into this runner's ids buffer on the device (one
   // address, which the decode graphs of step_ahead read in place): device()

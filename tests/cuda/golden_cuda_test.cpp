@@ -180,6 +180,59 @@ TEST_P(CudaGolden, DecodeGraphsEqualEagerSteps) {
   for (size_t i = 0; i < eager.size(); ++i) EXPECT_EQ(eager[i], graphed[i]) << "step " << i;
 }
 
+// A recorded step holds the address of the scratch the kernels share (x in
+// bf16 for cuBLASLt); a longer forward that reallocates it makes the next
+// step of the recorded shape record again, and compute what the eager run of
+// the same forwards computes.
+TEST_P(CudaGolden, AStepRecordsAgainWhenTheSharedScratchGrows) {
+  const CudaSettings saved = cuda_settings();
+  auto run = [&](bool graphs, int64_t* recorded_again) {
+    CudaSettings settings = saved;
+    settings.graphs = graphs;
+    set_cuda_settings(settings);
+    auto model = load_model(dir_, Device::CUDA);
+    RunnerOptions ro;
+    ro.max_cached_tokens = 8192;
+    ro.prefill_chunk = 4096;
+    Runner runner(*model, ro);
+    std::vector<std::unique_ptr<Sequence>> seqs;
+    std::vector<Sequence*> ptrs;
+    for (int32_t i = 0; i < 12; ++i) {  // more rows than the stream GEMV takes: cuBLASLt, x in bf16
+      seqs.push_back(runner.new_sequence());
+      ptrs.push_back(seqs.back().get());
+      const std::vector<int32_t> prompt = {1 + i, 2 + i, 3 + i};
+      runner.feed(*seqs.back(), prompt);
+    }
+    std::vector<int32_t> next(12, 5);
+    auto step = [&] {
+      std::vector<std::span<const int32_t>> feed;
+      for (auto& t : next) feed.emplace_back(&t, 1);
+      const std::vector<int32_t> wants(12, 1);
+      Tensor l = runner.step(ptrs, feed, wants);
+      std::vector<float> out(l.data<float>(), l.data<float>() + l.numel());
+      for (size_t r = 0; r < next.size(); ++r) next[r] = argmax(std::vector<float>(out.begin() + int64_t(r) * l.dim(1),
+                                                                               out.begin() + int64_t(r + 1) * l.dim(1)));
+      return out;
+    };
+    step();
+    step();  // recorded, then replayed
+    auto long_seq = runner.new_sequence();
+    std::vector<int32_t> long_prompt(3000);
+    for (size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = int32_t(1 + i % 50);
+    runner.feed(*long_seq, long_prompt);  // grows the bf16 scratch
+    const int64_t before = runner.recordings();
+    auto out = step();
+    *recorded_again = runner.recordings() - before;
+    set_cuda_settings(saved);
+    return out;
+  };
+  int64_t eager_records = 0, graph_records = 0;
+  const auto eager = run(false, &eager_records), graphed = run(true, &graph_records);
+  EXPECT_EQ(eager_records, 0);
+  EXPECT_EQ(graph_records, 1) << "the step after the scratch grew replayed its old recording";
+  EXPECT_EQ(eager, graphed);
+}
+
 // Several sequences decoded in one batch equal each decoded alone (within
 // bf16 tolerance: batch size picks the GEMM kernel, and 8 rows of one token
 // take cuBLASLt's where one row takes the stream GEMV).

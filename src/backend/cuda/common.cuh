@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -100,6 +101,9 @@ struct Context {
   DeviceBuffer attn_counters;       // kAttnCounters int32: flash-decoding split counters, zero between launches
   DeviceBuffer x_bf16;              // grows: bf16 copy of x for cuBLASLt
   DeviceBuffer delta_rule;          // grows: gated_delta_rule_chunked's scratch
+  // Counts the reallocations of the growing buffers above: a recorded step
+  // holds their addresses, so one recorded before a growth records again.
+  std::atomic<uint64_t> scratch_generation{0};
 
   std::mutex lt_mutex;              // guards lt_algos
   std::map<LtAlgoKey, cublasLtMatmulAlgo_t> lt_algos;

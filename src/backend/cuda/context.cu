@@ -73,7 +73,7 @@ namespace {
 // A scratch buffer that grows (by a quarter more than asked) and never while
 // `s` is being captured: the old buffer may still be read by queued work, so
 // growing waits for the stream, which a capture cannot.
-void* grow(DeviceBuffer& b, size_t bytes, Stream s, const char* what) {
+void* grow(DeviceBuffer& b, size_t bytes, Stream s, const char* what, std::atomic<uint64_t>& generation) {
   if (b.bytes() < bytes) {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     AUGUR_CUDA(cudaStreamIsCapturing(s, &status));
@@ -83,17 +83,22 @@ void* grow(DeviceBuffer& b, size_t bytes, Stream s, const char* what) {
     AUGUR_CUDA(cudaStreamSynchronize(s));
     b = DeviceBuffer();
     b = DeviceBuffer(bytes + bytes / 4);
+    ++generation;
   }
   return b.get();
 }
 
 }  // namespace
 
-void* Context::bf16_scratch(size_t bytes, Stream s) { return grow(x_bf16, bytes, s, "matmul: bf16"); }
+void* Context::bf16_scratch(size_t bytes, Stream s) {
+  return grow(x_bf16, bytes, s, "matmul: bf16", scratch_generation);
+}
 
 void* Context::delta_rule_scratch(size_t bytes, Stream s) {
-  return grow(delta_rule, bytes, s, "gated_delta_rule_chunked");
+  return grow(delta_rule, bytes, s, "gated_delta_rule_chunked", scratch_generation);
 }
+
+uint64_t scratch_generation() { return context().scratch_generation.load(); }
 
 Context& context() {
   static Context ctx;

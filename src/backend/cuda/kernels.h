@@ -35,6 +35,9 @@ Context& context();
 Stream stream();
 bool available();           // a GPU is present and usable (never throws)
 void synchronize();         // waits for the stream; throws on a pending error
+// Changes whenever a scratch buffer the kernels share is reallocated (work
+// recorded before then holds a freed address).
+uint64_t scratch_generation();
 
 // y[m, n] = sum_k x[m, k] * w[n, k].  x: [M, K] f32 (row stride ldx);
 // w: [N, K] bf16 contiguous; y: [M, N] f32 (row stride ldy).

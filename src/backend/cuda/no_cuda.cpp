@@ -17,6 +17,7 @@ Context& context() { no_cuda("context"); }
 Stream stream() { no_cuda("stream"); }
 bool available() { return false; }
 void synchronize() { no_cuda("synchronize"); }
+uint64_t scratch_generation() { return 0; }
 void matmul_bf16(const float*, int64_t, int64_t, int64_t, const bf16_bits*, int64_t, float*, int64_t, Stream) {
   no_cuda("matmul");
 }
