@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/memory.h"
 #include "backend/device.h"
 
 namespace augur::cuda {
@@ -19,8 +20,33 @@ void throw_cublas(cublasStatus_t st, const char* call, const char* file, int lin
   fail("[cuda] ", call, ": cuBLAS status ", int(st), " at ", file, ":", line);
 }
 
+namespace {
+
+// The kernels use Hopper's bulk copies and mbarriers (built for sm_90a):
+// another GPU has no image of them.
+constexpr int kComputeMajor = 9;
+
+int compute_major(int device) {
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return major;
+}
+
+}  // namespace
+
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
-  if (bytes > 0) AUGUR_CUDA(cudaMalloc(&ptr_, bytes));
+  if (bytes == 0) return;
+  const cudaError_t e = cudaMalloc(&ptr_, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    ptr_ = nullptr;
+    fail("[cuda] out of GPU memory allocating a scratch buffer of ", bytes,
+         " bytes; a smaller --ctx, --memory-fraction, --max-batch or --prefill-chunk needs less");
+  }
+  AUGUR_CUDA(e);
 }
 
 DeviceBuffer::~DeviceBuffer() {
@@ -49,6 +75,12 @@ Context::Context() {
   AUGUR_CUDA(cudaGetDeviceCount(&n));
   if (n == 0) fail("[cuda] no CUDA device found");
   AUGUR_CUDA(cudaSetDevice(device));
+  if (compute_major(device) != kComputeMajor) {
+    cudaDeviceProp p{};
+    (void)cudaGetDeviceProperties(&p, device);
+    fail("[cuda] augur's CUDA kernels are built for Hopper (sm_90: H100, H200); this GPU, ", p.name, ", is sm_",
+         p.major, p.minor, ": run with --device cpu");
+  }
   AUGUR_CUDA(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
   AUGUR_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   AUGUR_CUBLAS(lt_api().create(&lt));
@@ -82,7 +114,12 @@ void* grow(DeviceBuffer& b, size_t bytes, Stream s, const char* what, std::atomi
            " during graph capture; run the step once before capturing it");
     AUGUR_CUDA(cudaStreamSynchronize(s));
     b = DeviceBuffer();
-    b = DeviceBuffer(bytes + bytes / 4);
+    try {
+      b = DeviceBuffer(bytes + bytes / 4);
+    } catch (const Error&) {  // what the caching allocator holds unused goes back, then once more
+      release_cached();
+      b = DeviceBuffer(bytes + bytes / 4);
+    }
     ++generation;
   }
   return b.get();
@@ -136,7 +173,7 @@ bool available() {
     cudaGetLastError();  // clear the sticky-free error so later calls start clean
     return false;
   }
-  return n > 0;
+  return n > 0 && compute_major(0) == kComputeMajor;
 }
 
 void synchronize() {

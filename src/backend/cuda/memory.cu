@@ -48,6 +48,9 @@ class CachingAllocator {
       release_cached();
       e = cudaMalloc(&p, size);
     }
+    if (e == cudaErrorMemoryAllocation)
+      fail("[cuda] out of GPU memory allocating ", size, " bytes (", stats_.in_use,
+           " bytes in use by augur); a smaller --ctx, --memory-fraction, --max-batch or --prefill-chunk needs less");
     if (e != cudaSuccess)
       fail("[cuda] cudaMalloc of ", size, " bytes: ", cudaGetErrorString(e), " (", stats_.in_use,
            " bytes in use)");
