@@ -11,8 +11,10 @@
 
 #include "backend/cpu/matmul.h"
 #include "backend/cuda/detail.h"
+#include "backend/cuda/kernels.h"
 #include "backend/device.h"
 #include "core/error.h"
+#include "cuda_test_util.h"
 #include "runtime/engine.h"
 #include "io/safetensors.h"
 #include "runtime/runner.h"
@@ -181,7 +183,7 @@ TEST_P(CudaGolden, DecodeGraphsEqualEagerSteps) {
 }
 
 // A recorded step holds the address of the scratch the kernels share (x in
-// bf16 for cuBLASLt); a longer forward that reallocates it makes the next
+// 16 bits for cuBLASLt); a larger product that reallocates it makes the next
 // step of the recorded shape record again, and compute what the eager run of
 // the same forwards computes.
 TEST_P(CudaGolden, AStepRecordsAgainWhenTheSharedScratchGrows) {
@@ -216,10 +218,18 @@ TEST_P(CudaGolden, AStepRecordsAgainWhenTheSharedScratchGrows) {
     };
     step();
     step();  // recorded, then replayed
-    auto long_seq = runner.new_sequence();
-    std::vector<int32_t> long_prompt(3000);
-    for (size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = int32_t(1 + i % 50);
-    runner.feed(*long_seq, long_prompt);  // grows the bf16 scratch
+    if (graphs) {
+      // A product larger than any before it in this process grows the
+      // shared scratch (x in 16 bits for cuBLASLt).
+      const uint64_t g0 = scratch_generation(Device::CUDA);
+      const int64_t M = 65535, N = 8;
+      const int64_t K = (int64_t(cuda::bf16_scratch_bytes()) / (2 * M) + 64) / 64 * 64 + 64;
+      cuda::Dev<float> x(size_t(M * K)), y(size_t(M * N));
+      cuda::Dev<cuda::half_bits> w(size_t(N * K));
+      cuda::matmul_half(x.get(), M, K, K, w.get(), cuda::Half::F16, N, y.get(), N, cuda::stream());
+      cuda::synchronize();
+      EXPECT_NE(scratch_generation(Device::CUDA), g0) << "the shared scratch did not grow";
+    }
     const int64_t before = runner.recordings();
     auto out = step();
     *recorded_again = runner.recordings() - before;

@@ -137,6 +137,8 @@ void* Context::delta_rule_scratch(size_t bytes, Stream s) {
 
 uint64_t scratch_generation() { return context().scratch_generation.load(); }
 
+size_t bf16_scratch_bytes() { return context().x_bf16.bytes(); }
+
 Context& context() {
   static Context ctx;
   return ctx;

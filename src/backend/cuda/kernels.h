@@ -38,6 +38,8 @@ void synchronize();         // waits for the stream; throws on a pending error
 // Changes whenever a scratch buffer the kernels share is reallocated (work
 // recorded before then holds a freed address).
 uint64_t scratch_generation();
+// The bytes of the shared scratch x takes in 16 bits for cuBLASLt (tests).
+size_t bf16_scratch_bytes();
 
 // y[m, n] = sum_k x[m, k] * w[n, k].  x: [M, K] f32 (row stride ldx);
 // w: [N, K] bf16 contiguous; y: [M, N] f32 (row stride ldy).

@@ -18,6 +18,7 @@ Stream stream() { no_cuda("stream"); }
 bool available() { return false; }
 void synchronize() { no_cuda("synchronize"); }
 uint64_t scratch_generation() { return 0; }
+size_t bf16_scratch_bytes() { return 0; }
 void matmul_bf16(const float*, int64_t, int64_t, int64_t, const bf16_bits*, int64_t, float*, int64_t, Stream) {
   no_cuda("matmul");
 }
