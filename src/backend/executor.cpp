@@ -10,8 +10,17 @@ Tensor Scratch::get(const std::string& slot, std::initializer_list<int64_t> shap
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   Tensor& buf = buffers_[slot];
-  if (!buf.defined() || buf.numel() < n) buf = scratch_on(device_, DType::F32, {std::max<int64_t>(n, 1)});
+  if (!buf.defined() || buf.numel() < n) {
+    buf = scratch_on(device_, DType::F32, {std::max<int64_t>(n, 1)});
+    ++generation_;
+  }
   return Tensor::view_of(buf.buffer(), 0, DType::F32, shape.begin(), int(shape.size()));
+}
+
+size_t Scratch::bytes() const {
+  size_t n = 0;
+  for (const auto& [slot, buf] : buffers_) n += buf.nbytes();
+  return n;
 }
 
 void Taps::record(const std::string& name, int64_t layer, const Tensor& t) {
@@ -81,8 +90,21 @@ void upload(BatchPlan& plan, Device device, const KvCache& kv, int64_t ctx, cons
 
 }  // namespace
 
-Executor::Executor(Device device)
-    : device_(device), graphs_(device == Device::CUDA && cuda_settings().graphs), scratch_(device) {}
+Executor::Executor(Device device, int64_t max_steps)
+    : device_(device),
+      graphs_(device == Device::CUDA && cuda_settings().graphs),
+      max_steps_(std::max<int64_t>(max_steps, 1)),
+      scratch_(device),
+      recorded_scratch_(device) {}
+
+void Executor::evict_beyond(int64_t keep) {
+  while (int64_t(steps_.size()) > keep) {
+    auto lru = steps_.begin();
+    for (auto it = steps_.begin(); it != steps_.end(); ++it)
+      if (it->second->last_used < lru->second->last_used) lru = it;
+    steps_.erase(lru);  // a replay still queued keeps its graph until it ends
+  }
+}
 
 void Executor::run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, const Tensor& ids, const Body& body,
                    std::vector<const void*> bound, bool eager) {
@@ -104,29 +126,37 @@ void Executor::run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, con
     if (!direct) copy_tensor(out, logits);
     return;
   }
-  const auto key = std::make_tuple(kv.id(), int64_t(plan.rows.size()), m, n_out, ctx);
-  auto& step = steps_[key];
+  const StepKey key = std::make_tuple(kv.id(), int64_t(plan.rows.size()), m, n_out, ctx);
+  auto found = steps_.find(key);
+  if (found == steps_.end()) {
+    evict_beyond(max_steps_ - 1);
+    found = steps_.emplace(key, std::make_unique<Step>()).first;
+  }
+  Step& step = *found->second;
+  step.last_used = ++use_clock_;
   const void* logits_at = direct ? logits.raw() : nullptr;
   const void* ids_at = ids.defined() ? ids.raw() : nullptr;
-  if (!step || !step->work || step->logits_at != logits_at || step->ids_at != ids_at || step->bound != bound ||
-      step->scratch_generation != scratch_generation(device_)) {
-    // First step of this shape (or of new addresses, its own or the shared
-    // scratch's): run it eagerly (its allocations happen now, outside the
-    // recording), then record the same step for later replays. A step whose
-    // run or recording failed is forgotten, never replayed half-made.
+  if (!step.work || step.logits_at != logits_at || step.ids_at != ids_at || step.bound != bound ||
+      step.scratch_generation != scratch_generation(device_) ||
+      step.own_generation != recorded_scratch_.generation()) {
+    // First step of this shape (or of new addresses: its own, the shared
+    // scratch's, or the recorded steps' scratch's): run it eagerly (its
+    // allocations happen now, outside the recording), then record the same
+    // step for later replays. A step whose run or recording failed is
+    // forgotten, never replayed half-made.
     try {
-      if (!step) step = std::make_unique<Step>(Step{Scratch(device_), plan, nullptr, nullptr, nullptr, {}, 0});
-      step->plan = plan;
-      step->work.reset();
-      step->logits_at = logits_at;
-      step->ids_at = ids_at;
-      step->bound = std::move(bound);
-      upload(step->plan, device_, kv, ctx, ids);
-      Tensor out = direct ? logits : step->scratch.get("logits", {n_out, n_vocab});
-      body(step->plan, step->scratch, out);
+      step.plan = plan;
+      step.work.reset();
+      step.logits_at = logits_at;
+      step.ids_at = ids_at;
+      step.bound = std::move(bound);
+      upload(step.plan, device_, kv, ctx, ids);
+      Tensor out = direct ? logits : recorded_scratch_.get("logits", {n_out, n_vocab});
+      body(step.plan, recorded_scratch_, out);
       if (!direct) copy_tensor(out, logits);
-      step->scratch_generation = scratch_generation(device_);
-      step->work = capture(device_, [&] { body(step->plan, step->scratch, out); });
+      step.scratch_generation = scratch_generation(device_);
+      step.own_generation = recorded_scratch_.generation();
+      step.work = capture(device_, [&] { body(step.plan, recorded_scratch_, out); });
       ++recordings_;
     } catch (...) {
       steps_.erase(key);
@@ -134,9 +164,9 @@ void Executor::run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, con
     }
     return;
   }
-  ops::reupload_batch(step->plan.device, plan.tokens, plan.rows, kv.block_size());
-  step->work->replay();
-  if (!direct) copy_tensor(step->scratch.get("logits", {n_out, n_vocab}), logits);
+  ops::reupload_batch(step.plan.device, plan.tokens, plan.rows, kv.block_size());
+  step.work->replay();
+  if (!direct) copy_tensor(recorded_scratch_.get("logits", {n_out, n_vocab}), logits);
 }
 
 }  // namespace augur

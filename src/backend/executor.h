@@ -39,10 +39,15 @@ class Scratch {
  public:
   explicit Scratch(Device device = Device::CPU) : device_(device) {}
   Tensor get(const std::string& slot, std::initializer_list<int64_t> shape);
+  // Counts the (re)allocations: a recording made at another generation may
+  // address a freed buffer.
+  uint64_t generation() const { return generation_; }
+  size_t bytes() const;
 
  private:
   Device device_;
   std::map<std::string, Tensor> buffers_;
+  uint64_t generation_ = 0;
 };
 
 // Intermediate tensors of a forward, recorded by name and layer
@@ -61,6 +66,10 @@ class Taps {
 
 // The most tokens a row of a recorded step (a verify of 1 + 7 drafts).
 inline constexpr int64_t kMaxRecordedTokens = 8;
+// The most recorded steps an executor keeps: a server's batch changes shape
+// at every join and leave (rows x tokens a row x context bucket), and each
+// recording holds device memory; past this the least recently used goes.
+inline constexpr int64_t kMaxRecordedSteps = 96;
 
 class Executor {
  public:
@@ -70,7 +79,8 @@ class Executor {
   // same work for the same shapes (it may be recorded and replayed).
   using Body = std::function<void(const BatchPlan& plan, Scratch& scratch, const Tensor& logits)>;
 
-  explicit Executor(Device device);
+  // max_steps: recorded steps kept (kMaxRecordedSteps; tests use fewer).
+  explicit Executor(Device device, int64_t max_steps = kMaxRecordedSteps);
   Device device() const { return device_; }
 
   // Runs `body` over `plan` for cache `kv` and leaves the logits in `logits`
@@ -84,16 +94,19 @@ class Executor {
   // several tokens a row (every row the same 1 + k tokens, up to
   // kMaxRecordedTokens, with each token's logits or the last one's) are
   // recorded once per (cache, rows, tokens a row, logits, context bucket)
-  // with their own scratch, so their addresses never move, and replayed with
-  // the new layout.
+  // with one scratch they share (sized by the largest, so that their
+  // addresses stop moving once it has run), and replayed with the new
+  // layout; a step recorded before the scratch last grew records again.
   void run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, const Tensor& ids, const Body& body,
            std::vector<const void*> bound = {}, bool eager = false);
   // Steps recorded so far (a test's window on when a step records again).
   int64_t recordings() const { return recordings_; }
+  // Recorded steps held now, and the bytes of the scratch they share.
+  int64_t recorded_steps() const { return int64_t(steps_.size()); }
+  size_t recorded_scratch_bytes() const { return recorded_scratch_.bytes(); }
 
  private:
   struct Step {
-    Scratch scratch;
     BatchPlan plan;  // the recorded layout; refilled before each replay
     std::unique_ptr<CapturedWork> work;
     // What the recording addresses besides its scratch: the logits it writes
@@ -103,11 +116,18 @@ class Executor {
     const void* ids_at = nullptr;
     std::vector<const void*> bound;
     uint64_t scratch_generation = 0;  // the device's shared scratch when recorded (scratch_generation)
+    uint64_t own_generation = 0;      // recorded_scratch_'s when recorded
+    uint64_t last_used = 0;           // use_clock_ at its last run
   };
+  using StepKey = std::tuple<uint64_t, int64_t, int64_t, int64_t, int64_t>;
+  void evict_beyond(int64_t keep);
   Device device_;
   bool graphs_;
-  Scratch scratch_;  // forwards that are not recorded
-  std::map<std::tuple<uint64_t, int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<Step>> steps_;
+  int64_t max_steps_;
+  Scratch scratch_;           // forwards that are not recorded
+  Scratch recorded_scratch_;  // every recorded step's buffers
+  std::map<StepKey, std::unique_ptr<Step>> steps_;
+  uint64_t use_clock_ = 0;
   int64_t recordings_ = 0;
 };
 

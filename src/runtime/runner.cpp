@@ -13,8 +13,8 @@ namespace augur {
 Runner::Runner(Model& model, const RunnerOptions& opts)
     : model_(&model),
       opts_(opts),
-      executor_(model.info().placement.device()),
-      replay_executor_(model.info().placement.device()),
+      executor_(model.info().placement.device(), opts.max_recorded_steps),
+      replay_executor_(model.info().placement.device(), opts.max_recorded_steps),
       kv_(model.info().kv, (opts.max_cached_tokens + opts.block_size - 1) / opts.block_size, opts.block_size,
           model.info().recurrent, opts.max_sequences, model.info().placement.device()),
       pool_(kv_.n_blocks()),

@@ -19,6 +19,7 @@ struct RunnerOptions {
   int64_t block_size = 16;           // tokens per KV block
   int64_t prefill_chunk = 512;       // longest run of tokens in one forward
   int64_t max_sequences = 16;        // live sequences at once (recurrent-state slots, hybrid models)
+  int64_t max_recorded_steps = kMaxRecordedSteps;  // CUDA graphs of step shapes kept (device memory)
 };
 
 // Where Runner::step / feed leave the logits: on the host, or on the model's
@@ -67,6 +68,9 @@ class Runner {
   int64_t refed_tokens() const { return refed_tokens_; }
   // Forwards recorded as device graphs so far (tests).
   int64_t recordings() const { return executor_.recordings() + replay_executor_.recordings(); }
+  // Forwards' recorded steps held now, and the bytes of the scratch they share.
+  int64_t recorded_steps() const { return executor_.recorded_steps(); }
+  size_t recorded_scratch_bytes() const { return executor_.recorded_scratch_bytes(); }
 
   // ops::sample_async into this runner's ids buffer on the device (one
   // address, which the decode graphs of step_ahead read in place): device()

@@ -243,6 +243,73 @@ TEST_P(CudaGolden, AStepRecordsAgainWhenTheSharedScratchGrows) {
   EXPECT_EQ(eager, graphed);
 }
 
+// A server's batch changes shape as requests come and go: recorded steps
+// share one scratch (the largest shape's, not one per shape), at most
+// max_recorded_steps are held (the least recently used goes), and a step
+// evicted and recorded again computes what the eager step computes.
+TEST_P(CudaGolden, RecordedStepsShareOneScratchAndStayBounded) {
+  const CudaSettings saved = cuda_settings();
+  constexpr int kRows = 6;
+  auto model_graphs = [&](bool graphs) {
+    CudaSettings settings = saved;
+    settings.graphs = graphs;
+    set_cuda_settings(settings);
+    return load_model(dir_, Device::CUDA);
+  };
+  struct Result {
+    std::vector<std::vector<float>> logits;
+    int64_t recordings = 0, most_held = 0;
+    size_t scratch = 0;
+  };
+  // Rounds of steps over the first 1, 2, ..., kRows sequences: kRows shapes.
+  auto run = [&](Model& model, int64_t max_steps, int rounds, int first_rows) {
+    RunnerOptions ro;
+    ro.max_cached_tokens = 1024;
+    ro.max_recorded_steps = max_steps;
+    Runner runner(model, ro);
+    std::vector<std::unique_ptr<Sequence>> seqs;
+    std::vector<Sequence*> ptrs;
+    for (int32_t i = 0; i < kRows; ++i) {
+      seqs.push_back(runner.new_sequence());
+      ptrs.push_back(seqs.back().get());
+      // Longer than a recorded step's rows (kMaxRecordedTokens): prefilled eagerly.
+      const std::vector<int32_t> prompt = {3 + i, 5 + 2 * i, 7, 1, 2, 3, 4, 5, 6};
+      runner.feed(*seqs.back(), prompt);
+    }
+    Result res;
+    for (int round = 0; round < rounds; ++round)
+      for (int n = first_rows; n <= kRows; ++n) {
+        std::vector<int32_t> next(static_cast<size_t>(n));
+        for (int r = 0; r < n; ++r) next[size_t(r)] = int32_t(11 + 3 * r + round);
+        std::vector<std::span<const int32_t>> feed;
+        for (auto& t : next) feed.emplace_back(&t, 1);
+        const std::vector<int32_t> wants(size_t(n), 1);
+        Tensor l = runner.step(std::span<Sequence* const>(ptrs.data(), size_t(n)), feed, wants);
+        res.logits.emplace_back(l.data<float>(), l.data<float>() + l.numel());
+        res.most_held = std::max(res.most_held, runner.recorded_steps());
+      }
+    res.recordings = runner.recordings();
+    res.scratch = runner.recorded_scratch_bytes();
+    return res;
+  };
+  auto eager_model = model_graphs(false);
+  const Result eager = run(*eager_model, 3, 2, 1);
+  eager_model.reset();
+  auto model = model_graphs(true);
+  const Result bounded = run(*model, 3, 2, 1);
+  const Result largest_alone = run(*model, kMaxRecordedSteps, 1, kRows);
+  set_cuda_settings(saved);
+  EXPECT_EQ(eager.recordings, 0);
+  EXPECT_EQ(bounded.most_held, 3);
+  // Six shapes in turn through three places: every step records.
+  EXPECT_EQ(bounded.recordings, 2 * kRows);
+  EXPECT_EQ(largest_alone.recordings, 1);
+  EXPECT_GT(largest_alone.scratch, 0u);
+  EXPECT_EQ(bounded.scratch, largest_alone.scratch) << "the shapes' scratch is not shared";
+  ASSERT_EQ(eager.logits.size(), bounded.logits.size());
+  for (size_t i = 0; i < eager.logits.size(); ++i) EXPECT_EQ(eager.logits[i], bounded.logits[i]) << "step " << i;
+}
+
 // Several sequences decoded in one batch equal each decoded alone (within
 // bf16 tolerance: batch size picks the GEMM kernel, and 8 rows of one token
 // take cuBLASLt's where one row takes the stream GEMV).
