@@ -19,6 +19,7 @@ Handler add_chat(CLI::App& app);
 Handler add_perplexity(CLI::App& app);
 Handler add_draft_vocab(CLI::App& app);
 Handler add_serve(CLI::App& app);
+Handler add_quantize(CLI::App& app);
 
 // "1,2,3" -> {1, 2, 3}; throws augur::Error naming the option on bad input.
 std::vector<int32_t> parse_ids(const std::string& text, const char* option);

@@ -1,4 +1,4 @@
-// augur: run | chat | serve | inspect | bench | tokenize | perplexity
+// augur: run | chat | serve | inspect | bench | tokenize | perplexity | draft-vocab | quantize
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   add(augur::cli::add_perplexity);
   add(augur::cli::add_draft_vocab);
   add(augur::cli::add_serve);
+  add(augur::cli::add_quantize);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -81,13 +81,10 @@ std::unique_ptr<Model> load_model(const std::string& dir, const Placement& place
   const JsonConfig cfg = JsonConfig::load((fs::path(dir) / "config.json").string());
   const std::string model_type = cfg.get_string("model_type");
   require_family(cfg, model_type);  // before touching the weights
-  // mlx-lm's affine triples and transformers' quantizers (GPTQ, AWQ, FP8,
-  // ...) store packed integer weights, which no family reads yet: say so
-  // here, not as a shape mismatch on the first matrix.
-  for (const char* key : {"quantization", "quantization_config"})
-    if (cfg.has(key) && !cfg.is_null(key))
-      cfg.error(key, "marks a quantized checkpoint, which augur does not load yet; give the unquantized "
-                     "(bf16, f16 or f32) checkpoint");
+  // mlx-lm's affine triples load (dequantized as read); transformers'
+  // quantizers (GPTQ, AWQ, FP8, ...) and mlx's other modes are refused here,
+  // not as a shape mismatch on the first matrix.
+  const QuantConfig quant = QuantConfig::from(cfg);
   ModelInfo info;
   info.model_type = model_type;
   if (cfg.has("architectures") && !cfg.is_null("architectures")) {
@@ -100,7 +97,7 @@ std::unique_ptr<Model> load_model(const std::string& dir, const Placement& place
   if (fs::exists(gen)) append_ids(JsonConfig::load(gen.string()), "eos_token_id", info.eos_ids);
 
   auto ckpt = std::make_shared<const Checkpoint>(Checkpoint::open(dir));
-  auto weights = checkpoint_weights(ckpt);
+  auto weights = checkpoint_weights(ckpt, quant);
   return build_model(cfg, *weights, std::move(info), placement);
 }
 

@@ -4,10 +4,12 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <optional>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
+#include "io/quantization.h"
 
 namespace augur {
 
@@ -31,19 +33,27 @@ float to_f32(const Tensor& t, int64_t i) {
 
 class CheckpointWeights final : public WeightSource {
  public:
-  explicit CheckpointWeights(std::shared_ptr<const Checkpoint> ckpt) : ckpt_(std::move(ckpt)) {}
+  CheckpointWeights(std::shared_ptr<const Checkpoint> ckpt, QuantConfig quant)
+      : ckpt_(std::move(ckpt)), quant_(std::move(quant)) {}
   bool has_stored(std::string_view name) const override { return ckpt_->has(name); }
+  // A quantized matrix reports the shape it dequantizes to.
   std::vector<int64_t> stored_shape(std::string_view name) const override {
-    return ckpt_->has(name) ? ckpt_->info(name).shape : std::vector<int64_t>{};
+    if (!ckpt_->has(name)) return {};
+    if (auto q = quantized(name)) return q->shape;
+    return ckpt_->info(name).shape;
   }
 
  protected:
   Tensor fetch(std::string_view name, const std::vector<int64_t>& shape, bool) override {
     if (!ckpt_->has(name)) fail("[weights] ", ckpt_->dir(), ": missing tensor '", name, "'");
     const TensorInfo& info = ckpt_->info(name);
-    if (info.shape != shape)
-      fail("[weights] ", info.file, ": tensor '", name, "' has shape ", shape_str(info.shape),
-           ", expected ", shape_str(shape));
+    const auto q = quantized(name);
+    const std::vector<int64_t>& stored = q ? q->shape : info.shape;
+    if (stored != shape)
+      fail("[weights] ", info.file, ": tensor '", name, "' has shape ", shape_str(stored), ", expected ",
+           shape_str(shape));
+    if (q) return dequantize_affine(ckpt_->get(name), ckpt_->get(q->module + ".scales"),
+                                    ckpt_->get(q->module + ".biases"), q->spec, shape.back(), name);
     if (info.dtype != DType::F32 && info.dtype != DType::BF16 && info.dtype != DType::F16)
       fail("[weights] ", info.file, ": tensor '", name, "' has dtype ", dtype_name(info.dtype),
            ", expected a float type");
@@ -51,7 +61,43 @@ class CheckpointWeights final : public WeightSource {
   }
 
  private:
+  struct Quantized {
+    std::string module;        // the name less ".weight"
+    AffineQuant spec;          // from config.json
+    std::vector<int64_t> shape;  // dequantized
+  };
+  // An affine triple (U32 weight beside scales and biases), checked against
+  // config.json's quantization; none for a float tensor.
+  std::optional<Quantized> quantized(std::string_view name) const {
+    constexpr std::string_view kSuffix = ".weight";
+    if (name.size() <= kSuffix.size() || name.substr(name.size() - kSuffix.size()) != kSuffix) return std::nullopt;
+    const TensorInfo& info = ckpt_->info(name);
+    if (info.dtype != DType::U32) return std::nullopt;
+    Quantized q;
+    q.module = std::string(name.substr(0, name.size() - kSuffix.size()));
+    if (!ckpt_->has(q.module + ".scales") || !ckpt_->has(q.module + ".biases"))
+      fail("[weights] ", info.file, ": tensor '", name, "' is U32 (packed) but '", q.module, ".scales' or '",
+           q.module, ".biases' is missing");
+    const auto spec = quant_.for_module(q.module);
+    if (!spec)
+      fail("[weights] ", info.file, ": tensor '", name, "' is quantized but config.json's \"quantization\" ",
+           quant_.any() ? "leaves that module in floats" : "is absent");
+    q.spec = *spec;
+    const std::vector<int64_t>& scales = ckpt_->info(q.module + ".scales").shape;
+    q.shape = info.shape;
+    if (q.shape.empty() || scales.size() != q.shape.size())
+      fail("[weights] ", info.file, ": tensor '", name, "' ", shape_str(info.shape), " and its scales ",
+           shape_str(scales), " do not agree");
+    q.shape.back() = scales.back() * spec->group_size;
+    if (q.shape.back() * spec->bits != info.shape.back() * 32)
+      fail("[weights] ", info.file, ": tensor '", name, "' ", shape_str(info.shape), " with scales ",
+           shape_str(scales), " is not ", spec->bits, "-bit in groups of ", spec->group_size,
+           " as config.json says");
+    return q;
+  }
+
   std::shared_ptr<const Checkpoint> ckpt_;
+  QuantConfig quant_;
 };
 
 class SyntheticWeights final : public WeightSource {
@@ -151,8 +197,8 @@ Tensor WeightSource::tensor_f32(std::string_view name, std::initializer_list<int
   return placement_.vector(out);
 }
 
-std::unique_ptr<WeightSource> checkpoint_weights(std::shared_ptr<const Checkpoint> ckpt) {
-  return std::make_unique<CheckpointWeights>(std::move(ckpt));
+std::unique_ptr<WeightSource> checkpoint_weights(std::shared_ptr<const Checkpoint> ckpt, const QuantConfig& quant) {
+  return std::make_unique<CheckpointWeights>(std::move(ckpt), quant);
 }
 
 std::unique_ptr<WeightSource> synthetic_weights(uint64_t seed) {

@@ -14,6 +14,7 @@
 
 #include "backend/placement.h"
 #include "core/tensor.h"
+#include "io/quantization.h"
 
 namespace augur {
 
@@ -75,7 +76,10 @@ class WeightSource {
   int64_t bytes_ = 0;
 };
 
-std::unique_ptr<WeightSource> checkpoint_weights(std::shared_ptr<const Checkpoint> ckpt);
+// Affine-quantized matrices (mlx-community checkpoints, `quant` from their
+// config.json) are dequantized as they are read, into the scales' float type.
+std::unique_ptr<WeightSource> checkpoint_weights(std::shared_ptr<const Checkpoint> ckpt,
+                                                 const QuantConfig& quant = {});
 // Matrices ~ U(-a, a) with a = sqrt(3 / fan_in) (std 1/sqrt(fan_in)), vectors
 // near 1, as bf16; deterministic for a seed.
 std::unique_ptr<WeightSource> synthetic_weights(uint64_t seed);

@@ -336,6 +336,45 @@ TEST(Cli, BenchMeasuresACheckpoint) {
   EXPECT_DOUBLE_EQ(fraction, j["prefill"][0]["tflops"].get<double>() / j["gemm_peak_tflops"].get<double>());
 }
 
+// quantize writes mlx-lm's layout, which run, inspect and the tokenizer's
+// text path load; the quantized model's MTP drafts stay exact; bad bits,
+// a quantized input and a used output directory are errors.
+TEST(Cli, QuantizeThenRunTheQuantizedCheckpoint) {
+  const std::string kTiny = kData + "/../../models/augur-tiny";
+  const fs::path out = fs::temp_directory_path() / ("augur_cli_q_" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  Result q = run("quantize " + kTiny + " " + out.string() + " --bits 4 --group-size 64");
+  ASSERT_EQ(q.status, 0) << q.out;
+  EXPECT_NE(q.out.find("at 4 bits in groups of 64"), std::string::npos) << q.out;
+  EXPECT_NE(q.out.find("quantizing: "), std::string::npos) << q.out;  // progress
+  const auto cfg = nlohmann::json::parse(std::ifstream(out / "config.json"));
+  EXPECT_EQ(cfg["quantization"]["bits"], 4);
+  EXPECT_TRUE(fs::exists(out / "tokenizer.json"));
+  EXPECT_LT(fs::file_size(out / "model.safetensors"), fs::file_size(fs::path(kTiny) / "model.safetensors") / 3);
+  Result plain = run("run " + out.string() + " --device cpu -p 'The river' -n 24 --temperature 0 --ignore-eos --json");
+  ASSERT_EQ(plain.status, 0) << plain.out;
+  Result spec =
+      run("run " + out.string() + " --device cpu -p 'The river' -n 24 --temperature 0 --ignore-eos --json --draft mtp");
+  ASSERT_EQ(spec.status, 0) << spec.out;
+  auto ids = [](const std::string& o) { return nlohmann::json::parse(o.substr(o.rfind("\n{") + 1))["ids"]; };
+  EXPECT_EQ(ids(plain.out), ids(spec.out));
+  Result inspect = run("inspect " + out.string());
+  EXPECT_EQ(inspect.status, 0) << inspect.out;
+  EXPECT_NE(inspect.out.find("U32"), std::string::npos) << inspect.out;
+  Result again = run("quantize " + out.string() + " " + out.string() + "_2");
+  EXPECT_NE(again.status, 0);
+  EXPECT_NE(again.out.find("quantized already"), std::string::npos) << again.out;
+  Result used = run("quantize " + kTiny + " " + out.string());
+  EXPECT_NE(used.status, 0);
+  EXPECT_NE(used.out.find("holds a checkpoint already"), std::string::npos) << used.out;
+  Result bits = run("quantize " + kTiny + " " + out.string() + "_3 --bits 7");
+  EXPECT_NE(bits.status, 0);
+  EXPECT_NE(bits.out.find("7 bits"), std::string::npos) << bits.out;
+  fs::remove_all(out);
+  fs::remove_all(out.string() + "_2");
+  fs::remove_all(out.string() + "_3");
+}
+
 // --- malformed checkpoints: each exits non-zero naming the file and problem ---
 
 TEST(CliMalformed, HeaderLengthBeyondFile) {
@@ -448,12 +487,18 @@ TEST(CliMalformed, RopeFactorMustBePositive) {
   expect_error(run("run " + m.path() + " --prompt-ids 1"), {"config.json", "factor", "positive"});
 }
 
-TEST(CliMalformed, QuantizedCheckpointIsNamed) {
+// mlx's affine quantization loads (Cli.QuantizeThenRunTheQuantizedCheckpoint);
+// other quantizers are named errors.
+TEST(CliMalformed, UnsupportedQuantizationIsNamed) {
   TempModel m("qwen3");
   nlohmann::json cfg = nlohmann::json::parse(m.read("config.json"));
-  cfg["quantization"] = {{"group_size", 64}, {"bits", 4}};
+  cfg["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}};
   m.write("config.json", cfg.dump());
-  expect_error(run("run " + m.path() + " --prompt-ids 1"), {"config.json", "quantization", "quantized checkpoint"});
+  expect_error(run("run " + m.path() + " --prompt-ids 1"), {"config.json", "quant_method", "gptq"});
+  cfg.erase("quantization_config");
+  cfg["quantization"] = {{"group_size", 32}, {"bits", 4}, {"mode", "mxfp4"}};
+  m.write("config.json", cfg.dump());
+  expect_error(run("run " + m.path() + " --prompt-ids 1"), {"config.json", "quantization.mode", "mxfp4"});
 }
 
 TEST(CliMalformed, MissingOrContradictoryConfigField) {

@@ -1,0 +1,337 @@
+#include "io/quantization.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "io/checkpoint.h"
+#include "io/json_config.h"
+#include "io/safetensors_writer.h"
+
+namespace augur {
+
+namespace {
+
+std::string shape_str(const Tensor& t) { return t.shape_str(); }
+
+float element(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::F32: return t.data<float>()[i];
+    case DType::BF16: return bf16_to_f32(t.data<uint16_t>()[i]);
+    case DType::F16: return f16_to_f32(t.data<uint16_t>()[i]);
+    default: AUGUR_ASSERT(false, "non-float tensor");
+  }
+  return 0.f;
+}
+
+void store(Tensor& t, int64_t i, float v) {
+  switch (t.dtype()) {
+    case DType::F32: t.data<float>()[i] = v; break;
+    case DType::BF16: t.data<uint16_t>()[i] = f32_to_bf16(v); break;
+    case DType::F16: t.data<uint16_t>()[i] = f32_to_f16(v); break;
+    default: AUGUR_ASSERT(false, "non-float tensor");
+  }
+}
+
+// Value j of a row's little-endian bit stream.
+inline uint32_t unpack(const uint8_t* row, int64_t j, int bits) {
+  const int64_t bit = j * bits;
+  const int shift = int(bit & 7);
+  uint32_t v = row[bit >> 3] >> shift;
+  if (shift + bits > 8) v |= uint32_t(row[(bit >> 3) + 1]) << (8 - shift);
+  return v & ((1u << bits) - 1u);
+}
+
+}  // namespace
+
+void check_affine(const AffineQuant& q, std::string_view what) {
+  if (q.bits != 2 && q.bits != 3 && q.bits != 4 && q.bits != 5 && q.bits != 6 && q.bits != 8)
+    fail("[quantization] ", what, ": ", q.bits, " bits; affine quantization takes 2, 3, 4, 5, 6 or 8");
+  if (q.group_size != 32 && q.group_size != 64 && q.group_size != 128)
+    fail("[quantization] ", what, ": group size ", q.group_size, "; affine quantization takes 32, 64 or 128");
+}
+
+QuantConfig QuantConfig::from(const JsonConfig& cfg) {
+  QuantConfig out;
+  if (cfg.has("quantization_config") && !cfg.is_null("quantization_config")) {
+    const JsonConfig qc = cfg.sub("quantization_config");
+    if (qc.has("quant_method"))
+      qc.error("quant_method", "is " + qc.get_string("quant_method", "?") +
+                                   ", a transformers quantizer augur does not load; give the unquantized "
+                                   "checkpoint, or one quantized by mlx-lm (affine)");
+  }
+  const char* key = cfg.has("quantization") && !cfg.is_null("quantization") ? "quantization"
+                    : cfg.has("quantization_config") && !cfg.is_null("quantization_config")
+                        ? "quantization_config"
+                        : nullptr;
+  if (key == nullptr) return out;
+  const JsonConfig q = cfg.sub(key);
+  const std::string mode = q.get_string("mode", "affine");
+  if (mode != "affine")
+    q.error("mode", "is " + mode + "; augur loads mlx's affine quantization only");
+  out.present_ = true;
+  out.default_.bits = int(q.get_int("bits"));
+  out.default_.group_size = int(q.get_int("group_size"));
+  check_affine(out.default_, q.field_name("bits"));
+  for (const std::string& k : q.keys()) {
+    if (k == "bits" || k == "group_size" || k == "mode") continue;
+    // A module's entry: false (left in floats) or its own spec.
+    bool quantized = true;
+    try {
+      quantized = q.get_bool(k);
+    } catch (const Error&) {
+      const JsonConfig m = q.sub(k);
+      AffineQuant spec{int(m.get_int("bits", out.default_.bits)), int(m.get_int("group_size", out.default_.group_size))};
+      check_affine(spec, q.field_name(k));
+      out.modules_[k] = spec;
+      continue;
+    }
+    out.modules_[k] = quantized ? std::optional<AffineQuant>(out.default_) : std::nullopt;
+  }
+  return out;
+}
+
+std::optional<AffineQuant> QuantConfig::for_module(std::string_view module) const {
+  if (!present_) return std::nullopt;
+  auto it = modules_.find(module);
+  return it == modules_.end() ? std::optional<AffineQuant>(default_) : it->second;
+}
+
+Tensor dequantize_affine(const Tensor& packed, const Tensor& scales, const Tensor& biases, const AffineQuant& q,
+                         int64_t in, std::string_view name) {
+  check_affine(q, name);
+  if (packed.dtype() != DType::U32)
+    fail("[quantization] ", name, ": packed weights are ", dtype_name(packed.dtype()), ", expected U32");
+  if (scales.dtype() != DType::F32 && scales.dtype() != DType::BF16 && scales.dtype() != DType::F16)
+    fail("[quantization] ", name, ": scales are ", dtype_name(scales.dtype()), ", expected a float type");
+  const int nd = packed.ndim();
+  const bool shapes_agree = [&] {
+    if (nd < 2 || scales.ndim() != nd || biases.shape() != scales.shape() || biases.dtype() != scales.dtype())
+      return false;
+    for (int i = 0; i < nd - 1; ++i)
+      if (scales.dim(i) != packed.dim(i)) return false;
+    return in % q.group_size == 0 && in * q.bits % 32 == 0 && packed.dim(nd - 1) == in * q.bits / 32 &&
+           scales.dim(nd - 1) == in / q.group_size;
+  }();
+  if (!shapes_agree)
+    fail("[quantization] ", name, ": weight ", shape_str(packed), ", scales ", shape_str(scales), " and biases ",
+         shape_str(biases), " do not make rows of ", in, " values at ", q.bits, " bits in groups of ", q.group_size);
+  if (!packed.is_contiguous() || !scales.is_contiguous() || !biases.is_contiguous())
+    fail("[quantization] ", name, ": tensors not contiguous");
+  std::vector<int64_t> shape(packed.shape().begin(), packed.shape().begin() + nd);
+  shape.back() = in;
+  Tensor out = Tensor::uninitialized(scales.dtype(), shape.data(), nd);
+  const int64_t rows = packed.numel() / packed.dim(nd - 1), groups = in / q.group_size;
+  const int64_t row_bytes = in * q.bits / 8;
+  const uint8_t* src = static_cast<const uint8_t*>(packed.raw());
+  ThreadPool::global().parallel_for(rows, 16, [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      const uint8_t* row = src + r * row_bytes;
+      for (int64_t g = 0; g < groups; ++g) {
+        const float s = element(scales, r * groups + g), b = element(biases, r * groups + g);
+        for (int64_t j = g * q.group_size; j < (g + 1) * q.group_size; ++j)
+          store(out, r * in + j, std::fma(s, float(unpack(row, j, q.bits)), b));
+      }
+    }
+  });
+  return out;
+}
+
+AffineTriple quantize_affine(const Tensor& w, const AffineQuant& q) {
+  check_affine(q, "quantize");
+  const int nd = w.ndim();
+  if (nd < 2 || !w.is_contiguous() || w.device() != Device::CPU)
+    fail("[quantization] quantize: a contiguous host matrix is needed, got ", shape_str(w));
+  const int64_t in = w.dim(nd - 1);
+  if (in % q.group_size != 0)
+    fail("[quantization] quantize: rows of ", in, " values do not split into groups of ", q.group_size);
+  std::vector<int64_t> packed_shape(w.shape().begin(), w.shape().begin() + nd), group_shape = packed_shape;
+  packed_shape.back() = in * q.bits / 32;
+  group_shape.back() = in / q.group_size;
+  AffineTriple t{Tensor::empty(DType::U32, packed_shape.data(), nd), Tensor::empty(DType::BF16, group_shape.data(), nd),
+                 Tensor::empty(DType::BF16, group_shape.data(), nd)};
+  const int64_t rows = w.numel() / in, groups = in / q.group_size, row_bytes = in * q.bits / 8;
+  const float steps = float((1 << q.bits) - 1);
+  uint8_t* dst = static_cast<uint8_t*>(t.weight.raw());
+  ThreadPool::global().parallel_for(rows, 16, [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      uint8_t* row = dst + r * row_bytes;
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t j0 = r * in + g * q.group_size;
+        float lo = element(w, j0), hi = lo;
+        for (int64_t j = 1; j < q.group_size; ++j) lo = std::min(lo, element(w, j0 + j)), hi = std::max(hi, element(w, j0 + j));
+        const uint16_t s16 = f32_to_bf16((hi - lo) / steps), b16 = f32_to_bf16(lo);
+        t.scales.data<uint16_t>()[r * groups + g] = s16;
+        t.biases.data<uint16_t>()[r * groups + g] = b16;
+        const float s = bf16_to_f32(s16), b = bf16_to_f32(b16);
+        for (int64_t j = 0; j < q.group_size; ++j) {
+          const float v = s > 0.f ? std::nearbyint((element(w, j0 + j) - b) / s) : 0.f;
+          const uint32_t qv = uint32_t(std::clamp(v, 0.f, steps));
+          const int64_t bit = (g * q.group_size + j) * q.bits;
+          row[bit >> 3] = uint8_t(row[bit >> 3] | (qv << (bit & 7)));
+          if ((bit & 7) + q.bits > 8) row[(bit >> 3) + 1] = uint8_t(row[(bit >> 3) + 1] | (qv >> (8 - (bit & 7))));
+        }
+      }
+    }
+  });
+  return t;
+}
+
+namespace {
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// The spec a tensor is quantized with, or none where it stays as it is.
+std::optional<AffineQuant> quantize_as(const std::string& name, const TensorInfo& t, const AffineQuant& q) {
+  if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16) return std::nullopt;
+  if (t.shape.size() < 2 || !ends_with(name, ".weight")) return std::nullopt;
+  AffineQuant spec = q;
+  if (ends_with(name, ".mlp.gate.weight") || ends_with(name, ".shared_expert_gate.weight")) spec.bits = 8;
+  if (t.shape.back() % spec.group_size != 0 || t.shape.back() * spec.bits % 32 != 0) return std::nullopt;
+  return spec;
+}
+
+}  // namespace
+
+QuantizeReport quantize_checkpoint(const std::string& dir, const std::string& out, const AffineQuant& q,
+                                   const std::function<void(int64_t, int64_t)>& progress) {
+  namespace fs = std::filesystem;
+  using nlohmann::json;
+  check_affine(q, "quantize");
+  const Checkpoint ckpt = Checkpoint::open(dir);
+  const fs::path config_in = fs::path(dir) / "config.json";
+  std::ifstream cf(config_in);
+  if (!cf) fail("[quantize] ", config_in.string(), ": cannot read");
+  json config;
+  try {
+    config = json::parse(cf);
+  } catch (const json::exception& e) {
+    fail("[quantize] ", config_in.string(), ": ", e.what());
+  }
+  for (const char* key : {"quantization", "quantization_config"})
+    if (config.contains(key) && !config[key].is_null())
+      fail("[quantize] ", config_in.string(), ": field '", key, "' says the checkpoint is quantized already");
+  if (fs::exists(fs::path(out) / "config.json"))
+    fail("[quantize] ", out, ": holds a checkpoint already (config.json); give an empty or new directory");
+  fs::create_directories(out);
+
+  QuantizeReport report;
+  const std::vector<std::string> names = ckpt.names();
+  json quant = {{"group_size", q.group_size}, {"bits", q.bits}, {"mode", "affine"}};
+  std::vector<std::pair<std::string, Tensor>> shard;
+  std::vector<std::vector<std::string>> shard_names;
+  size_t shard_bytes = 0;
+  constexpr size_t kShardBytes = size_t(4) << 30;
+  auto flush = [&] {
+    if (shard.empty()) return;
+    const std::string file = "part-" + std::to_string(shard_names.size()) + ".safetensors";
+    write_safetensors((fs::path(out) / file).string(), shard, {{"format", "mlx"}});
+    shard_names.emplace_back();
+    for (const auto& [name, t] : shard) shard_names.back().push_back(name);
+    shard.clear();
+    shard_bytes = 0;
+  };
+  auto add = [&](std::string name, Tensor t) {
+    shard_bytes += t.nbytes();
+    report.bytes_out += t.nbytes();
+    shard.emplace_back(std::move(name), std::move(t));
+  };
+  int64_t done = 0;
+  for (const std::string& name : names) {
+    const TensorInfo& info = ckpt.info(name);
+    report.bytes_in += info.nbytes;
+    const Tensor t = ckpt.get(name);
+    if (ends_with(name, "mlp.experts.gate_up_proj") || ends_with(name, "mlp.experts.down_proj")) {
+      // Fused experts (transformers' Qwen3NextExperts: gate_up [E, 2I, d],
+      // gate rows first; down [E, d, I]) become mlx-lm's SwitchGLU triples
+      // (switch_mlp.gate_proj and up_proj [E, I, d], down_proj [E, d, I]).
+      const bool gate_up = ends_with(name, "gate_up_proj");
+      const std::string p =
+          name.substr(0, name.size() - std::string_view(gate_up ? "experts.gate_up_proj" : "experts.down_proj").size());
+      std::vector<std::pair<std::string, Tensor>> parts;
+      if (!gate_up) {
+        parts.emplace_back(p + "switch_mlp.down_proj", t);
+      } else {
+        if (t.ndim() != 3 || t.dim(1) % 2 != 0)
+          fail("[quantize] ", ckpt.dir(), ": '", name, "' is ", t.shape_str(), ", expected [experts, 2 x rows, columns]");
+        const int64_t E = t.dim(0), I = t.dim(1) / 2, D = t.dim(2);
+        const size_t half = size_t(I * D) * dtype_size(t.dtype());
+        for (int which = 0; which < 2; ++which) {
+          Tensor part = Tensor::uninitialized(t.dtype(), std::vector<int64_t>{E, I, D}.data(), 3);
+          for (int64_t x = 0; x < E; ++x)
+            std::memcpy(static_cast<char*>(part.raw()) + size_t(x) * half,
+                        static_cast<const char*>(t.raw()) + size_t(2 * x + which) * half, half);
+          parts.emplace_back(p + (which == 0 ? "switch_mlp.gate_proj" : "switch_mlp.up_proj"), part);
+        }
+      }
+      for (auto& [module, w] : parts) {
+        TensorInfo as = info;
+        as.shape.assign(w.shape().begin(), w.shape().begin() + w.ndim());
+        if (const auto spec = quantize_as(module + ".weight", as, q)) {
+          AffineTriple triple = quantize_affine(w, *spec);
+          add(module + ".weight", std::move(triple.weight));
+          add(module + ".scales", std::move(triple.scales));
+          add(module + ".biases", std::move(triple.biases));
+        } else {
+          add(module + ".weight", w);
+        }
+      }
+      ++report.quantized;
+    } else if (const auto spec = quantize_as(name, info, q)) {
+      AffineTriple triple = quantize_affine(t, *spec);
+      const std::string module = name.substr(0, name.size() - std::string_view(".weight").size());
+      if (spec->bits != q.bits) quant[module] = {{"group_size", spec->group_size}, {"bits", spec->bits}};
+      add(name, std::move(triple.weight));
+      add(module + ".scales", std::move(triple.scales));
+      add(module + ".biases", std::move(triple.biases));
+      ++report.quantized;
+    } else {
+      add(name, t);  // a view of the mapped file
+      ++report.kept;
+    }
+    if (shard_bytes >= kShardBytes) flush();
+    if (progress) progress(++done, int64_t(names.size()));
+  }
+  flush();
+
+  // Shards named as transformers and mlx-lm name them, with an index where
+  // there are several.
+  report.shards = int(shard_names.size());
+  json weight_map = json::object();
+  for (size_t i = 0; i < shard_names.size(); ++i) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, shard_names.size());
+    const std::string file = shard_names.size() == 1 ? "model.safetensors" : buf;
+    fs::rename(fs::path(out) / ("part-" + std::to_string(i) + ".safetensors"), fs::path(out) / file);
+    for (const auto& n : shard_names[i]) weight_map[n] = file;
+  }
+  if (shard_names.size() > 1) {
+    std::ofstream idx(fs::path(out) / "model.safetensors.index.json");
+    idx << json{{"metadata", {{"total_size", report.bytes_out}}}, {"weight_map", weight_map}}.dump(2) << "\n";
+    if (!idx) fail("[quantize] ", out, ": cannot write model.safetensors.index.json");
+  }
+  config["quantization"] = quant;
+  config["quantization_config"] = quant;
+  std::ofstream co(fs::path(out) / "config.json");
+  co << config.dump(2) << "\n";
+  if (!co) fail("[quantize] ", out, ": cannot write config.json");
+
+  // Everything else (tokenizer, templates, generation config) as it is.
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string file = e.path().filename().string();
+    if (file == "config.json" || file == "model.safetensors.index.json" || ends_with(file, ".safetensors")) continue;
+    fs::copy(e.path(), fs::path(out) / file, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  }
+  return report;
+}
+
+}  // namespace augur
