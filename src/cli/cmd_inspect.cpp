@@ -5,6 +5,8 @@
 
 #include "commands.h"
 #include "io/checkpoint.h"
+#include "io/json_config.h"
+#include "io/quantization.h"
 #include "model/model.h"
 
 namespace augur::cli {
@@ -34,6 +36,9 @@ int inspect(const std::string& dir, bool json, int64_t ctx) {
   }
   auto model = load_model(dir);
   const ModelInfo& info = model->info();
+  // mlx-lm's affine quantization: the default spec (modules may differ).
+  const QuantConfig quant = QuantConfig::from(JsonConfig::load(dir + "/config.json"));
+  const std::optional<AffineQuant> spec = quant.any() ? quant.for_module("") : std::nullopt;
   const int64_t kv_bytes = info.kv.bytes_per_token() * ctx;
   // Linear-attention layers keep a fixed-size state per sequence and its
   // input history (plus one state copy per captured snapshot), next to the
@@ -60,6 +65,8 @@ int inspect(const std::string& dir, bool json, int64_t ctx) {
                           {"recurrent_bytes_per_sequence", state_bytes},
                           {"memory_bytes", info.weight_bytes + kv_bytes + state_bytes},
                           {"eos_token_ids", info.eos_ids}};
+    out["quantization"] = spec ? nlohmann::json{{"mode", "affine"}, {"bits", spec->bits}, {"group_size", spec->group_size}}
+                               : nlohmann::json();
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
@@ -73,6 +80,9 @@ int inspect(const std::string& dir, bool json, int64_t ctx) {
   for (auto& [k, v] : by_dtype)
     std::printf(" %s: %lld tensors, %s;", k.c_str(), (long long)v.first, human_bytes(double(v.second)).c_str());
   std::printf("\n");
+  if (spec)
+    std::printf("quantization   affine, %d bits in groups of %d; dequantized as loaded (the memory below)\n", spec->bits,
+                spec->group_size);
   if (state_bytes > 0)
     std::printf("memory         weights %s + KV %s/token (f32) x %lld tokens + recurrent state %s/sequence (%lld layers) = %s\n",
                 human_bytes(double(info.weight_bytes)).c_str(), human_bytes(double(info.kv.bytes_per_token())).c_str(),

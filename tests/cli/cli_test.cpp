@@ -361,6 +361,7 @@ TEST(Cli, QuantizeThenRunTheQuantizedCheckpoint) {
   Result inspect = run("inspect " + out.string());
   EXPECT_EQ(inspect.status, 0) << inspect.out;
   EXPECT_NE(inspect.out.find("U32"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("affine, 4 bits in groups of 64"), std::string::npos) << inspect.out;
   Result again = run("quantize " + out.string() + " " + out.string() + "_2");
   EXPECT_NE(again.status, 0);
   EXPECT_NE(again.out.find("quantized already"), std::string::npos) << again.out;
