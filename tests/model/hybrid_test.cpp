@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "io/json_config.h"
 #include "io/safetensors.h"
+#include "io/quantization.h"
 #include "io/safetensors_writer.h"
 #include "model/model.h"
 #include "model/registry.h"
@@ -152,6 +153,30 @@ TEST(MlxLayout, GivesTheSameLogitsAsTheTransformersLayout) {
     write_mlx_layout(fixture, tmp);
     auto a = load_model(kData + "/" + fixture);
     auto b = load_model(tmp.dir());
+    const auto ids = prompt_of(fixture);
+    Tensor la = forward_all(*a, ids), lb = forward_all(*b, ids);
+    EXPECT_EQ(0, std::memcmp(la.raw(), lb.raw(), la.nbytes()));
+  }
+}
+
+// An mlx-community checkpoint: mlx-lm's names and layouts with its matrices
+// quantized (SwitchGLU experts stacked [E, rows, cols]) loads as the
+// quantized transformers layout does: the same groups, the same logits.
+TEST(MlxLayout, QuantizedGivesTheSameLogitsAsTheQuantizedTransformersLayout) {
+  for (const std::string fixture : {"qwen3_5", "qwen3_5_moe"}) {
+    SCOPED_TRACE(fixture);
+    TempDir mlx, mlx_q, hf_q;
+    write_mlx_layout(fixture, mlx);
+    quantize_checkpoint(mlx.dir(), mlx_q.dir(), {4, 32});
+    quantize_checkpoint(kData + "/" + fixture, hf_q.dir(), {4, 32});
+    auto file = SafetensorsFile::open(mlx_q.file("model.safetensors"));
+    bool stacked_quantized = false;
+    for (const auto& info : file->tensors())
+      if (info.name.ends_with("mlp.switch_mlp.down_proj.weight") || info.name.ends_with("linear_attn.in_proj_qkv.weight"))
+        stacked_quantized = info.dtype == DType::U32;
+    EXPECT_TRUE(stacked_quantized);
+    auto a = load_model(hf_q.dir());
+    auto b = load_model(mlx_q.dir());
     const auto ids = prompt_of(fixture);
     Tensor la = forward_all(*a, ids), lb = forward_all(*b, ids);
     EXPECT_EQ(0, std::memcmp(la.raw(), lb.raw(), la.nbytes()));
