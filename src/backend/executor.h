@@ -94,9 +94,10 @@ class Executor {
   // several tokens a row (every row the same 1 + k tokens, up to
   // kMaxRecordedTokens, with each token's logits or the last one's) are
   // recorded once per (cache, rows, tokens a row, logits, context bucket)
-  // with one scratch they share (sized by the largest, so that their
-  // addresses stop moving once it has run), and replayed with the new
-  // layout; a step recorded before the scratch last grew records again.
+  // with one scratch they share (each buffer the largest any of them asked,
+  // so that addresses stop moving once the largest have run), and replayed
+  // with the new layout; a step recorded before the scratch last grew
+  // records again.
   void run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, const Tensor& ids, const Body& body,
            std::vector<const void*> bound = {}, bool eager = false);
   // Steps recorded so far (a test's window on when a step records again).

@@ -22,7 +22,7 @@ struct QuantizeArgs {
 };
 
 int quantize(const QuantizeArgs& a) {
-  int last = -1;
+  int last = -10;  // the tenth last shown
   const bool tty = isatty(fileno(stderr)) != 0;  // one line rewritten, else a line each tenth
   const QuantizeReport r = quantize_checkpoint(a.model, a.out, {a.bits, a.group_size}, [&](int64_t done, int64_t total) {
     const int pct = int(100 * done / std::max<int64_t>(total, 1));

@@ -40,6 +40,18 @@ void store(Tensor& t, int64_t i, float v) {
   }
 }
 
+// v in bf16, rounded toward +inf (up) or -inf.
+uint16_t bf16_toward(float v, bool up) {
+  uint16_t r = f32_to_bf16(v);
+  const float f = bf16_to_f32(r);
+  if (up ? f < v : f > v) {
+    const bool negative = (r & 0x8000u) != 0;
+    if (r == 0x8000u || r == 0u) return up ? uint16_t(0x0001u) : uint16_t(0x8001u);
+    r = uint16_t(up != negative ? r + 1 : r - 1);  // one ulp away from zero, or toward it
+  }
+  return r;
+}
+
 // Value j of a row's little-endian bit stream.
 inline uint32_t unpack(const uint8_t* row, int64_t j, int bits) {
   const int64_t bit = j * bits;
@@ -88,6 +100,8 @@ QuantConfig QuantConfig::from(const JsonConfig& cfg) {
       quantized = q.get_bool(k);
     } catch (const Error&) {
       const JsonConfig m = q.sub(k);
+      if (m.get_string("mode", "affine") != "affine")
+        m.error("mode", "is " + m.get_string("mode") + "; augur loads mlx's affine quantization only");
       AffineQuant spec{int(m.get_int("bits", out.default_.bits)), int(m.get_int("group_size", out.default_.group_size))};
       check_affine(spec, q.field_name(k));
       out.modules_[k] = spec;
@@ -117,7 +131,7 @@ Tensor dequantize_affine(const Tensor& packed, const Tensor& scales, const Tenso
       return false;
     for (int i = 0; i < nd - 1; ++i)
       if (scales.dim(i) != packed.dim(i)) return false;
-    return in % q.group_size == 0 && in * q.bits % 32 == 0 && packed.dim(nd - 1) == in * q.bits / 32 &&
+    return in > 0 && in % q.group_size == 0 && in * q.bits % 32 == 0 && packed.dim(nd - 1) == in * q.bits / 32 &&
            scales.dim(nd - 1) == in / q.group_size;
   }();
   if (!shapes_agree)
@@ -144,14 +158,19 @@ Tensor dequantize_affine(const Tensor& packed, const Tensor& scales, const Tenso
   return out;
 }
 
-AffineTriple quantize_affine(const Tensor& w, const AffineQuant& q) {
-  check_affine(q, "quantize");
+AffineTriple quantize_affine(const Tensor& w, const AffineQuant& q, std::string_view name) {
+  check_affine(q, name);
   const int nd = w.ndim();
   if (nd < 2 || !w.is_contiguous() || w.device() != Device::CPU)
-    fail("[quantization] quantize: a contiguous host matrix is needed, got ", shape_str(w));
+    fail("[quantization] ", name, ": a contiguous host matrix is needed, got ", shape_str(w));
+  if (w.dtype() != DType::F32 && w.dtype() != DType::BF16 && w.dtype() != DType::F16)
+    fail("[quantization] ", name, ": ", dtype_name(w.dtype()), " is not a float type");
   const int64_t in = w.dim(nd - 1);
-  if (in % q.group_size != 0)
-    fail("[quantization] quantize: rows of ", in, " values do not split into groups of ", q.group_size);
+  if (in <= 0 || in % q.group_size != 0)
+    fail("[quantization] ", name, ": rows of ", in, " values do not split into groups of ", q.group_size);
+  for (int64_t i = 0; i < w.numel(); ++i)
+    if (!std::isfinite(element(w, i)))
+      fail("[quantization] ", name, ": element ", i, " is ", element(w, i), "; only finite weights quantize");
   std::vector<int64_t> packed_shape(w.shape().begin(), w.shape().begin() + nd), group_shape = packed_shape;
   packed_shape.back() = in * q.bits / 32;
   group_shape.back() = in / q.group_size;
@@ -160,6 +179,8 @@ AffineTriple quantize_affine(const Tensor& w, const AffineQuant& q) {
   const int64_t rows = w.numel() / in, groups = in / q.group_size, row_bytes = in * q.bits / 8;
   const float steps = float((1 << q.bits) - 1);
   uint8_t* dst = static_cast<uint8_t*>(t.weight.raw());
+  // Rows are whole 32-bit words (group sizes are multiples of 32): no byte
+  // is shared between the threads' rows.
   ThreadPool::global().parallel_for(rows, 16, [&](int64_t rb, int64_t re) {
     for (int64_t r = rb; r < re; ++r) {
       uint8_t* row = dst + r * row_bytes;
@@ -167,10 +188,13 @@ AffineTriple quantize_affine(const Tensor& w, const AffineQuant& q) {
         const int64_t j0 = r * in + g * q.group_size;
         float lo = element(w, j0), hi = lo;
         for (int64_t j = 1; j < q.group_size; ++j) lo = std::min(lo, element(w, j0 + j)), hi = std::max(hi, element(w, j0 + j));
-        const uint16_t s16 = f32_to_bf16((hi - lo) / steps), b16 = f32_to_bf16(lo);
+        // The bias at or below the minimum, the scale reaching the maximum.
+        const uint16_t b16 = bf16_toward(lo, false);
+        const float b = bf16_to_f32(b16);
+        const uint16_t s16 = hi > b ? bf16_toward((hi - b) / steps, true) : uint16_t(0);
+        const float s = bf16_to_f32(s16);
         t.scales.data<uint16_t>()[r * groups + g] = s16;
         t.biases.data<uint16_t>()[r * groups + g] = b16;
-        const float s = bf16_to_f32(s16), b = bf16_to_f32(b16);
         for (int64_t j = 0; j < q.group_size; ++j) {
           const float v = s > 0.f ? std::nearbyint((element(w, j0 + j) - b) / s) : 0.f;
           const uint32_t qv = uint32_t(std::clamp(v, 0.f, steps));
@@ -196,7 +220,7 @@ std::optional<AffineQuant> quantize_as(const std::string& name, const TensorInfo
   if (t.shape.size() < 2 || !ends_with(name, ".weight")) return std::nullopt;
   AffineQuant spec = q;
   if (ends_with(name, ".mlp.gate.weight") || ends_with(name, ".shared_expert_gate.weight")) spec.bits = 8;
-  if (t.shape.back() % spec.group_size != 0 || t.shape.back() * spec.bits % 32 != 0) return std::nullopt;
+  if (t.shape.back() <= 0 || t.shape.back() % spec.group_size != 0) return std::nullopt;
   return spec;
 }
 
@@ -220,9 +244,20 @@ QuantizeReport quantize_checkpoint(const std::string& dir, const std::string& ou
   for (const char* key : {"quantization", "quantization_config"})
     if (config.contains(key) && !config[key].is_null())
       fail("[quantize] ", config_in.string(), ": field '", key, "' says the checkpoint is quantized already");
-  if (fs::exists(fs::path(out) / "config.json"))
-    fail("[quantize] ", out, ": holds a checkpoint already (config.json); give an empty or new directory");
-  fs::create_directories(out);
+  // A new or empty directory, not inside the checkpoint's (whose files are
+  // copied over).
+  if (fs::exists(out) && !(fs::is_directory(out) && fs::is_empty(out)))
+    fail("[quantize] ", out, ": ", fs::exists(fs::path(out) / "config.json") ? "holds a checkpoint already" : "is not empty",
+         "; give an empty or new directory");
+  const bool created = fs::create_directories(out);
+  {
+    const fs::path src = fs::canonical(dir);
+    for (fs::path p = fs::canonical(out); p.has_relative_path(); p = p.parent_path())
+      if (fs::equivalent(p, src)) {
+        if (created) fs::remove(out);
+        fail("[quantize] ", out, ": inside the checkpoint's directory ", dir, "; give one outside it");
+      }
+  }
 
   QuantizeReport report;
   const std::vector<std::string> names = ckpt.names();
@@ -273,21 +308,23 @@ QuantizeReport quantize_checkpoint(const std::string& dir, const std::string& ou
           parts.emplace_back(p + (which == 0 ? "switch_mlp.gate_proj" : "switch_mlp.up_proj"), part);
         }
       }
+      bool any = false;
       for (auto& [module, w] : parts) {
         TensorInfo as = info;
         as.shape.assign(w.shape().begin(), w.shape().begin() + w.ndim());
         if (const auto spec = quantize_as(module + ".weight", as, q)) {
-          AffineTriple triple = quantize_affine(w, *spec);
+          AffineTriple triple = quantize_affine(w, *spec, module + ".weight");
           add(module + ".weight", std::move(triple.weight));
           add(module + ".scales", std::move(triple.scales));
           add(module + ".biases", std::move(triple.biases));
+          any = true;
         } else {
           add(module + ".weight", w);
         }
       }
-      ++report.quantized;
+      ++(any ? report.quantized : report.kept);
     } else if (const auto spec = quantize_as(name, info, q)) {
-      AffineTriple triple = quantize_affine(t, *spec);
+      AffineTriple triple = quantize_affine(t, *spec, name);
       const std::string module = name.substr(0, name.size() - std::string_view(".weight").size());
       if (spec->bits != q.bits) quant[module] = {{"group_size", spec->group_size}, {"bits", spec->bits}};
       add(name, std::move(triple.weight));
@@ -325,11 +362,16 @@ QuantizeReport quantize_checkpoint(const std::string& dir, const std::string& ou
   co << config.dump(2) << "\n";
   if (!co) fail("[quantize] ", out, ": cannot write config.json");
 
-  // Everything else (tokenizer, templates, generation config) as it is.
+  // The other top-level files (tokenizer, templates, generation config) and
+  // the templates' folder as they are; other folders (such as the original
+  // consolidated weights some repositories carry) are not the checkpoint's.
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string file = e.path().filename().string();
     if (file == "config.json" || file == "model.safetensors.index.json" || ends_with(file, ".safetensors")) continue;
-    fs::copy(e.path(), fs::path(out) / file, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+    if (e.is_regular_file())
+      fs::copy_file(e.path(), fs::path(out) / file, fs::copy_options::overwrite_existing);
+    else if (e.is_directory() && file == "additional_chat_templates")
+      fs::copy(e.path(), fs::path(out) / file, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
   }
   return report;
 }

@@ -57,21 +57,22 @@ class QuantConfig {
 Tensor dequantize_affine(const Tensor& packed, const Tensor& scales, const Tensor& biases, const AffineQuant& q,
                          int64_t in, std::string_view name);
 
-// Quantizes a float matrix [.., out, in] (in % group_size == 0): each group's
-// range [min, max] in 2^bits - 1 steps, scale and bias rounded to bf16 first
-// and q = round((w - bias) / scale) clamped to the range, so that
-// dequantize_affine gives each weight to within half a step.
+// Quantizes a float matrix [.., out, in] (in % group_size == 0; `name`
+// labels errors): each group's bias is its minimum rounded down to bf16 and
+// its scale the step to its maximum rounded up, so every weight lies in the
+// group's range and dequantize_affine gives it back to within half a step
+// (and the result's own bf16 rounding). Non-finite weights are an error.
 struct AffineTriple {
   Tensor weight, scales, biases;  // U32, BF16, BF16
 };
-AffineTriple quantize_affine(const Tensor& w, const AffineQuant& q);
+AffineTriple quantize_affine(const Tensor& w, const AffineQuant& q, std::string_view name = "matrix");
 
 }  // namespace augur
 
 namespace augur {
 
-// `augur quantize`: writes to `out` (created; it must not hold a checkpoint
-// already) the checkpoint of `dir` with its matrices affine-quantized as
+// `augur quantize`: writes to `out` (created; it must be empty or new, and
+// not inside `dir`) the checkpoint of `dir` with its matrices affine-quantized as
 // mlx-lm writes them, and config.json's "quantization" saying so; every
 // other file (tokenizer, chat template, generation config) copied as it is.
 // Quantized: float tensors named *.weight of two or more dimensions whose

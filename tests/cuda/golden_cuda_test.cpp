@@ -244,7 +244,8 @@ TEST_P(CudaGolden, AStepRecordsAgainWhenTheSharedScratchGrows) {
 }
 
 // A server's batch changes shape as requests come and go: recorded steps
-// share one scratch (the largest shape's, not one per shape), at most
+// share one scratch (each buffer the largest any shape asked, not one set
+// per shape), at most
 // max_recorded_steps are held (the least recently used goes), and a step
 // evicted and recorded again computes what the eager step computes.
 TEST_P(CudaGolden, RecordedStepsShareOneScratchAndStayBounded) {
@@ -293,21 +294,30 @@ TEST_P(CudaGolden, RecordedStepsShareOneScratchAndStayBounded) {
     return res;
   };
   auto eager_model = model_graphs(false);
-  const Result eager = run(*eager_model, 3, 2, 1);
+  const Result eager = run(*eager_model, 3, 3, 1);
   eager_model.reset();
   auto model = model_graphs(true);
-  const Result bounded = run(*model, 3, 2, 1);
+  const Result bounded = run(*model, 3, 3, 1);
+  const Result roomy = run(*model, kMaxRecordedSteps, 3, 1);
   const Result largest_alone = run(*model, kMaxRecordedSteps, 1, kRows);
   set_cuda_settings(saved);
   EXPECT_EQ(eager.recordings, 0);
   EXPECT_EQ(bounded.most_held, 3);
   // Six shapes in turn through three places: every step records.
-  EXPECT_EQ(bounded.recordings, 2 * kRows);
+  EXPECT_EQ(bounded.recordings, 3 * kRows);
+  // With room for all: each larger shape grows the scratch, so the smaller
+  // ones record again once on the second round; the third round replays.
+  EXPECT_EQ(roomy.recordings, 2 * kRows - 1);
+  EXPECT_EQ(roomy.scratch, largest_alone.scratch);
   EXPECT_EQ(largest_alone.recordings, 1);
   EXPECT_GT(largest_alone.scratch, 0u);
   EXPECT_EQ(bounded.scratch, largest_alone.scratch) << "the shapes' scratch is not shared";
   ASSERT_EQ(eager.logits.size(), bounded.logits.size());
-  for (size_t i = 0; i < eager.logits.size(); ++i) EXPECT_EQ(eager.logits[i], bounded.logits[i]) << "step " << i;
+  ASSERT_EQ(eager.logits.size(), roomy.logits.size());
+  for (size_t i = 0; i < eager.logits.size(); ++i) {
+    EXPECT_EQ(eager.logits[i], bounded.logits[i]) << "step " << i;
+    EXPECT_EQ(eager.logits[i], roomy.logits[i]) << "step " << i << " (replayed from the third round on)";
+  }
 }
 
 // Several sequences decoded in one batch equal each decoded alone (within

@@ -110,13 +110,17 @@ TEST(AffineQuant, GroupsTakeTheirOwnScaleAndBias) {
 TEST(AffineQuant, QuantizeThenDequantizeIsWithinHalfAStep) {
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.f, 0.05f);
+  std::uniform_real_distribution<float> narrow(1.0f, 1.01f);
   for (int bits : {2, 3, 4, 5, 6, 8})
     for (int gs : {32, 64, 128}) {
-      const int64_t rows = 3, in = 256;
+      const int64_t rows = 4, in = 256;
       Tensor w = Tensor::empty(DType::F32, {rows, in});
       for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = dist(rng);
       w.data<float>()[5] = 0.75f;  // an outlier widens one group's range
-      const AffineTriple t = quantize_affine(w, {bits, gs});
+      // A row far from zero in a narrow range: the bias's bf16 rounding
+      // (an ulp of 1.0 is many steps) must not push weights out of range.
+      for (int64_t j = 0; j < in; ++j) w.data<float>()[3 * in + j] = narrow(rng);
+      const AffineTriple t = quantize_affine(w, {bits, gs}, "test");
       ASSERT_EQ(t.weight.dim(1), in * bits / 32);
       ASSERT_EQ(t.scales.dim(1), in / gs);
       const Tensor back = dequantize_affine(t.weight, t.scales, t.biases, {bits, gs}, in, "test");
@@ -124,13 +128,30 @@ TEST(AffineQuant, QuantizeThenDequantizeIsWithinHalfAStep) {
         for (int64_t j = 0; j < in; ++j) {
           const int64_t g = r * (in / gs) + j / gs;
           const float step = bf16_to_f32(t.scales.data<uint16_t>()[g]);
-          const float range = step * float((1 << bits) - 1);
-          const float err = std::fabs(bf16_to_f32(back.data<uint16_t>()[r * in + j]) - w.data<float>()[r * in + j]);
-          // Half a step, plus the bf16 roundings of scale, bias and result.
-          ASSERT_LE(err, 0.5f * step + range * 0x1p-8f + 0.01f * std::fabs(w.data<float>()[r * in + j]))
-              << bits << " bits, groups of " << gs << ", row " << r << " column " << j;
+          const float v = w.data<float>()[r * in + j];
+          const float err = std::fabs(bf16_to_f32(back.data<uint16_t>()[r * in + j]) - v);
+          // Half a step (and a hair for f32 arithmetic), plus the result's bf16 rounding.
+          ASSERT_LE(err, 0.5f * step * 1.001f + std::fabs(v) * 0x1p-8f)
+              << bits << " bits, groups of " << gs << ", row " << r << " column " << j << ": " << v;
         }
     }
+}
+
+TEST(AffineQuant, QuantizeRefusesWhatItCannotQuantize) {
+  auto message = [](const Tensor& w, AffineQuant q) {
+    try {
+      quantize_affine(w, q, "layers.0.mlp.up_proj.weight");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  Tensor w = Tensor::empty(DType::F32, {2, 64});
+  w.data<float>()[70] = std::nanf("");
+  EXPECT_NE(message(w, {4, 32}).find("finite"), std::string::npos);
+  EXPECT_NE(message(w, {4, 32}).find("up_proj"), std::string::npos);
+  EXPECT_NE(message(Tensor::empty(DType::I32, {2, 64}), {4, 32}).find("not a float type"), std::string::npos);
+  EXPECT_NE(message(Tensor::empty(DType::F32, {2, 48}), {4, 32}).find("groups of 32"), std::string::npos);
 }
 
 TEST(AffineQuant, RefusesShapesThatDisagree) {

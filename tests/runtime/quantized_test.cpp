@@ -244,6 +244,22 @@ TEST(QuantizedErrors, ConfigAndTensorsMustAgree) {
     c.erase("quantization_config");
   });
   EXPECT_NE(absent.find("absent"), std::string::npos) << absent;
+  // An output folder inside the checkpoint's, or one not empty, is refused.
+  TempDir src;
+  for (const auto& e : fs::directory_iterator(kData + "/qwen3")) fs::copy(e.path(), src.path() / e.path().filename());
+  auto refused = [&](const std::string& out) {
+    try {
+      quantize_checkpoint(src.path().string(), out, {4, 32});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("written");
+  };
+  EXPECT_NE(refused((src.path() / "q4").string()).find("inside the checkpoint"), std::string::npos);
+  EXPECT_FALSE(fs::exists(src.path() / "q4"));
+  TempDir used;
+  std::ofstream(used.file("model.safetensors")) << "stale";
+  EXPECT_NE(refused(used.path().string()).find("not empty"), std::string::npos);
   // Quantizing twice is refused.
   TempDir again;
   load_with([](nlohmann::json& c) { c["quantization"] = {{"bits", 4}, {"group_size", 32}}; });
