@@ -91,9 +91,11 @@ TEST_P(Quantized, LoadsAsTheWeightsItDequantizesTo) {
   // What stays in floats: vectors and conv kernels (rows shorter than a group).
   {
     auto file = SafetensorsFile::open(q8.file("model.safetensors"));
-    for (const auto& info : file->tensors())
-      if (info.dtype != DType::U32 && !info.name.ends_with(".scales") && !info.name.ends_with(".biases"))
+    for (const auto& info : file->tensors()) {
+      if (info.dtype != DType::U32 && !info.name.ends_with(".scales") && !info.name.ends_with(".biases")) {
         EXPECT_TRUE(info.shape.size() < 2 || info.shape.back() < 32) << info.name << " was not quantized";
+      }
+    }
   }
   quantize_checkpoint(src, q4.path().string(), {4, 64});
   write_dequantized(q4.path().string(), ref);
@@ -114,7 +116,9 @@ TEST_P(Quantized, LoadsAsTheWeightsItDequantizesTo) {
   // The trained model's within 2% at 8 bits. (The random fixtures' hybrids
   // amplify any change of their weights: their DeltaNet projections alone
   // at 8 bits move logits by ~10% of the largest.)
-  if (GetParam() == "augur-tiny") EXPECT_LT(worst8, 0.02f * max_abs(original));
+  if (GetParam() == "augur-tiny") {
+    EXPECT_LT(worst8, 0.02f * max_abs(original));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, Quantized,
