@@ -31,15 +31,6 @@ float element(const Tensor& t, int64_t i) {
   return 0.f;
 }
 
-void store(Tensor& t, int64_t i, float v) {
-  switch (t.dtype()) {
-    case DType::F32: t.data<float>()[i] = v; break;
-    case DType::BF16: t.data<uint16_t>()[i] = f32_to_bf16(v); break;
-    case DType::F16: t.data<uint16_t>()[i] = f32_to_f16(v); break;
-    default: AUGUR_ASSERT(false, "non-float tensor");
-  }
-}
-
 // v in bf16, rounded toward +inf (up) or -inf.
 uint16_t bf16_toward(float v, bool up) {
   uint16_t r = f32_to_bf16(v);
@@ -145,14 +136,38 @@ Tensor dequantize_affine(const Tensor& packed, const Tensor& scales, const Tenso
   const int64_t rows = packed.numel() / packed.dim(nd - 1), groups = in / q.group_size;
   const int64_t row_bytes = in * q.bits / 8;
   const uint8_t* src = static_cast<const uint8_t*>(packed.raw());
-  ThreadPool::global().parallel_for(rows, 16, [&](int64_t rb, int64_t re) {
+  // A group's values are unpacked with the width known at compile time and
+  // widened in f32, then stored in the output type (a checkpoint of tens of
+  // billions of weights dequantizes as it loads).
+  auto rows_of = [&]<int kBits>(int64_t rb, int64_t re) {
+    std::vector<float> v(size_t(q.group_size));
     for (int64_t r = rb; r < re; ++r) {
       const uint8_t* row = src + r * row_bytes;
       for (int64_t g = 0; g < groups; ++g) {
         const float s = element(scales, r * groups + g), b = element(biases, r * groups + g);
-        for (int64_t j = g * q.group_size; j < (g + 1) * q.group_size; ++j)
-          store(out, r * in + j, std::fma(s, float(unpack(row, j, q.bits)), b));
+        const int64_t j0 = g * q.group_size;
+        for (int64_t j = 0; j < q.group_size; ++j) v[size_t(j)] = std::fma(s, float(unpack(row, j0 + j, kBits)), b);
+        const int64_t at = r * in + j0;
+        switch (out.dtype()) {
+          case DType::BF16:
+            for (int64_t j = 0; j < q.group_size; ++j) out.data<uint16_t>()[at + j] = f32_to_bf16(v[size_t(j)]);
+            break;
+          case DType::F16:
+            for (int64_t j = 0; j < q.group_size; ++j) out.data<uint16_t>()[at + j] = f32_to_f16(v[size_t(j)]);
+            break;
+          default: std::copy(v.begin(), v.end(), out.data<float>() + at);
+        }
       }
+    }
+  };
+  ThreadPool::global().parallel_for(rows, 16, [&](int64_t rb, int64_t re) {
+    switch (q.bits) {
+      case 2: rows_of.template operator()<2>(rb, re); break;
+      case 3: rows_of.template operator()<3>(rb, re); break;
+      case 4: rows_of.template operator()<4>(rb, re); break;
+      case 5: rows_of.template operator()<5>(rb, re); break;
+      case 6: rows_of.template operator()<6>(rb, re); break;
+      default: rows_of.template operator()<8>(rb, re); break;
     }
   });
   return out;
