@@ -11,6 +11,7 @@ Tensor Scratch::get(const std::string& slot, std::initializer_list<int64_t> shap
   for (int64_t d : shape) n *= d;
   Tensor& buf = buffers_[slot];
   if (!buf.defined() || buf.numel() < n) {
+    if (buf.defined()) n = std::max(n, int64_t(double(buf.numel()) * growth_));
     buf = scratch_on(device_, DType::F32, {std::max<int64_t>(n, 1)});
     ++generation_;
   }
@@ -95,7 +96,9 @@ Executor::Executor(Device device, int64_t max_steps)
       graphs_(device == Device::CUDA && cuda_settings().graphs),
       max_steps_(std::max<int64_t>(max_steps, 1)),
       scratch_(device),
-      recorded_scratch_(device) {}
+      // Every growth makes each step recorded before it record again: a
+      // server's batch grows a row at a time.
+      recorded_scratch_(device, 1.5) {}
 
 void Executor::evict_beyond(int64_t keep) {
   while (int64_t(steps_.size()) > keep) {

@@ -37,7 +37,10 @@ struct BatchPlan {
 // decode step repeat (as a recorded graph needs).
 class Scratch {
  public:
-  explicit Scratch(Device device = Device::CPU) : device_(device) {}
+  // growth > 1: a buffer that must grow takes at least `growth` times its
+  // size, so that shapes growing one by one reallocate it a few times, not
+  // at each.
+  explicit Scratch(Device device = Device::CPU, double growth = 1.0) : device_(device), growth_(growth) {}
   Tensor get(const std::string& slot, std::initializer_list<int64_t> shape);
   // Counts the (re)allocations: a recording made at another generation may
   // address a freed buffer.
@@ -46,6 +49,7 @@ class Scratch {
 
  private:
   Device device_;
+  double growth_;
   std::map<std::string, Tensor> buffers_;
   uint64_t generation_ = 0;
 };
@@ -95,7 +99,8 @@ class Executor {
   // kMaxRecordedTokens, with each token's logits or the last one's) are
   // recorded once per (cache, rows, tokens a row, logits, context bucket)
   // with one scratch they share (each buffer the largest any of them asked,
-  // so that addresses stop moving once the largest have run), and replayed
+  // or half as much again, so that addresses stop moving once the largest
+  // have run), and replayed
   // with the new layout; a step recorded before the scratch last grew
   // records again.
   void run(BatchPlan& plan, const KvCache& kv, const Tensor& logits, const Tensor& ids, const Body& body,

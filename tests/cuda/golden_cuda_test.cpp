@@ -244,8 +244,8 @@ TEST_P(CudaGolden, AStepRecordsAgainWhenTheSharedScratchGrows) {
 }
 
 // A server's batch changes shape as requests come and go: recorded steps
-// share one scratch (each buffer the largest any shape asked, not one set
-// per shape), at most
+// share one scratch (each buffer the largest any shape asked, or half as
+// much again, not one set per shape), at most
 // max_recorded_steps are held (the least recently used goes), and a step
 // evicted and recorded again computes what the eager step computes.
 TEST_P(CudaGolden, RecordedStepsShareOneScratchAndStayBounded) {
@@ -260,6 +260,7 @@ TEST_P(CudaGolden, RecordedStepsShareOneScratchAndStayBounded) {
   struct Result {
     std::vector<std::vector<float>> logits;
     int64_t recordings = 0, most_held = 0;
+    std::vector<int64_t> recordings_after;  // each round's end
     size_t scratch = 0;
   };
   // Rounds of steps over the first 1, 2, ..., kRows sequences: kRows shapes.
@@ -288,6 +289,7 @@ TEST_P(CudaGolden, RecordedStepsShareOneScratchAndStayBounded) {
         Tensor l = runner.step(std::span<Sequence* const>(ptrs.data(), size_t(n)), feed, wants);
         res.logits.emplace_back(l.data<float>(), l.data<float>() + l.numel());
         res.most_held = std::max(res.most_held, runner.recorded_steps());
+        if (n == kRows) res.recordings_after.push_back(runner.recordings());
       }
     res.recordings = runner.recordings();
     res.scratch = runner.recorded_scratch_bytes();
@@ -305,13 +307,17 @@ TEST_P(CudaGolden, RecordedStepsShareOneScratchAndStayBounded) {
   EXPECT_EQ(bounded.most_held, 3);
   // Six shapes in turn through three places: every step records.
   EXPECT_EQ(bounded.recordings, 3 * kRows);
-  // With room for all: each larger shape grows the scratch, so the smaller
-  // ones record again once on the second round; the third round replays.
-  EXPECT_EQ(roomy.recordings, 2 * kRows - 1);
-  EXPECT_EQ(roomy.scratch, largest_alone.scratch);
+  // With room for all: a larger shape may grow the scratch, and the smaller
+  // ones then record again on the second round; the third round replays.
+  ASSERT_EQ(roomy.recordings_after.size(), 3u);
+  EXPECT_GE(roomy.recordings_after[0], kRows);
+  EXPECT_LE(roomy.recordings_after[1], 2 * kRows - 1);
+  EXPECT_EQ(roomy.recordings_after[2], roomy.recordings_after[1]) << "the third round recorded again";
+  // Buffers grown by half at least: no more than 1.5 times the largest step's.
+  EXPECT_LE(double(roomy.scratch), 1.5 * double(largest_alone.scratch));
   EXPECT_EQ(largest_alone.recordings, 1);
   EXPECT_GT(largest_alone.scratch, 0u);
-  EXPECT_EQ(bounded.scratch, largest_alone.scratch) << "the shapes' scratch is not shared";
+  EXPECT_LE(double(bounded.scratch), 1.5 * double(largest_alone.scratch)) << "the shapes' scratch is not shared";
   ASSERT_EQ(eager.logits.size(), bounded.logits.size());
   ASSERT_EQ(eager.logits.size(), roomy.logits.size());
   for (size_t i = 0; i < eager.logits.size(); ++i) {
