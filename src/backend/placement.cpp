@@ -5,19 +5,6 @@
 
 namespace augur {
 
-namespace {
-
-float to_f32(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::F32: return t.data<float>()[i];
-    case DType::BF16: return bf16_to_f32(t.data<uint16_t>()[i]);
-    case DType::F16: return f16_to_f32(t.data<uint16_t>()[i]);
-    default: fail("[placement] ", dtype_name(t.dtype()), " is not a float weight");
-  }
-}
-
-}  // namespace
-
 void Placement::require_available() const {
   if (!device_available(device_))
     fail("[model] device ", device_name(device_), " is not available (no GPU, or a build without CUDA)");
@@ -27,14 +14,14 @@ Tensor Placement::matrix(const Tensor& stored) const {
   if (device_ == Device::CPU) {
     if (stored.dtype() != DType::F16) return stored;
     Tensor out = Tensor::empty(DType::F32, stored.shape().data(), stored.ndim());
-    for (int64_t i = 0; i < stored.numel(); ++i) out.data<float>()[i] = to_f32(stored, i);
+    for (int64_t i = 0; i < stored.numel(); ++i) out.data<float>()[i] = stored.float_at(i);
     return out;
   }
   if (stored.dtype() == DType::F16 && device_half(device_) == DType::F16) return to_device(stored, device_);
   Tensor t = stored;
   if (t.dtype() != DType::BF16) {
     Tensor b = Tensor::empty(DType::BF16, t.shape().data(), t.ndim());
-    for (int64_t i = 0; i < t.numel(); ++i) b.data<uint16_t>()[i] = f32_to_bf16(to_f32(t, i));
+    for (int64_t i = 0; i < t.numel(); ++i) b.data<uint16_t>()[i] = f32_to_bf16(t.float_at(i));
     t = b;
   }
   t = to_device(t, device_);

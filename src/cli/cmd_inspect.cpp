@@ -65,8 +65,11 @@ int inspect(const std::string& dir, bool json, int64_t ctx) {
                           {"recurrent_bytes_per_sequence", state_bytes},
                           {"memory_bytes", info.weight_bytes + kv_bytes + state_bytes},
                           {"eos_token_ids", info.eos_ids}};
-    out["quantization"] = spec ? nlohmann::json{{"mode", "affine"}, {"bits", spec->bits}, {"group_size", spec->group_size}}
-                               : nlohmann::json();
+    out["quantization"] = nullptr;
+    if (quant.any()) {
+      const AffineQuant q = quant.for_module("").value_or(AffineQuant{});
+      out["quantization"] = {{"mode", "affine"}, {"bits", q.bits}, {"group_size", q.group_size}};
+    }
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }

@@ -98,6 +98,8 @@ Tensor Tensor::slice_cols(int64_t begin, int64_t end) const {
   return t;
 }
 
+void Tensor::not_float() const { fail("[tensor] ", dtype_name(dtype_), " is not a float type"); }
+
 std::string Tensor::shape_str() const {
   std::ostringstream os;
   os << '[';

@@ -101,8 +101,19 @@ class Tensor {
   Tensor slice_cols(int64_t begin, int64_t end) const;
 
   std::string shape_str() const;  // "[2, 64]"
+  // Element i (in storage order) of a contiguous host f32, bf16 or f16
+  // tensor, as f32; another dtype is an error naming it.
+  float float_at(int64_t i) const {
+    switch (dtype_) {
+      case DType::F32: return data<float>()[i];
+      case DType::BF16: return bf16_to_f32(data<uint16_t>()[i]);
+      case DType::F16: return f16_to_f32(data<uint16_t>()[i]);
+      default: not_float();
+    }
+  }
 
  private:
+  [[noreturn]] void not_float() const;
   std::shared_ptr<Buffer> buf_;
   size_t offset_ = 0;
   DType dtype_ = DType::F32;

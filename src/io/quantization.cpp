@@ -21,15 +21,6 @@ namespace {
 
 std::string shape_str(const Tensor& t) { return t.shape_str(); }
 
-float element(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::F32: return t.data<float>()[i];
-    case DType::BF16: return bf16_to_f32(t.data<uint16_t>()[i]);
-    case DType::F16: return f16_to_f32(t.data<uint16_t>()[i]);
-    default: AUGUR_ASSERT(false, "non-float tensor");
-  }
-  return 0.f;
-}
 
 // v in bf16, rounded toward +inf (up) or -inf.
 uint16_t bf16_toward(float v, bool up) {
@@ -144,7 +135,7 @@ Tensor dequantize_affine(const Tensor& packed, const Tensor& scales, const Tenso
     for (int64_t r = rb; r < re; ++r) {
       const uint8_t* row = src + r * row_bytes;
       for (int64_t g = 0; g < groups; ++g) {
-        const float s = element(scales, r * groups + g), b = element(biases, r * groups + g);
+        const float s = scales.float_at(r * groups + g), b = biases.float_at(r * groups + g);
         const int64_t j0 = g * q.group_size;
         for (int64_t j = 0; j < q.group_size; ++j) v[size_t(j)] = std::fma(s, float(unpack(row, j0 + j, kBits)), b);
         const int64_t at = r * in + j0;
@@ -184,8 +175,8 @@ AffineTriple quantize_affine(const Tensor& w, const AffineQuant& q, std::string_
   if (in <= 0 || in % q.group_size != 0)
     fail("[quantization] ", name, ": rows of ", in, " values do not split into groups of ", q.group_size);
   for (int64_t i = 0; i < w.numel(); ++i)
-    if (!std::isfinite(element(w, i)))
-      fail("[quantization] ", name, ": element ", i, " is ", element(w, i), "; only finite weights quantize");
+    if (!std::isfinite(w.float_at(i)))
+      fail("[quantization] ", name, ": element ", i, " is ", w.float_at(i), "; only finite weights quantize");
   std::vector<int64_t> packed_shape(w.shape().begin(), w.shape().begin() + nd), group_shape = packed_shape;
   packed_shape.back() = in * q.bits / 32;
   group_shape.back() = in / q.group_size;
@@ -201,8 +192,8 @@ AffineTriple quantize_affine(const Tensor& w, const AffineQuant& q, std::string_
       uint8_t* row = dst + r * row_bytes;
       for (int64_t g = 0; g < groups; ++g) {
         const int64_t j0 = r * in + g * q.group_size;
-        float lo = element(w, j0), hi = lo;
-        for (int64_t j = 1; j < q.group_size; ++j) lo = std::min(lo, element(w, j0 + j)), hi = std::max(hi, element(w, j0 + j));
+        float lo = w.float_at(j0), hi = lo;
+        for (int64_t j = 1; j < q.group_size; ++j) lo = std::min(lo, w.float_at(j0 + j)), hi = std::max(hi, w.float_at(j0 + j));
         // The bias at or below the minimum, the scale reaching the maximum.
         const uint16_t b16 = bf16_toward(lo, false);
         const float b = bf16_to_f32(b16);
@@ -211,7 +202,7 @@ AffineTriple quantize_affine(const Tensor& w, const AffineQuant& q, std::string_
         t.scales.data<uint16_t>()[r * groups + g] = s16;
         t.biases.data<uint16_t>()[r * groups + g] = b16;
         for (int64_t j = 0; j < q.group_size; ++j) {
-          const float v = s > 0.f ? std::nearbyint((element(w, j0 + j) - b) / s) : 0.f;
+          const float v = s > 0.f ? std::nearbyint((w.float_at(j0 + j) - b) / s) : 0.f;
           const uint32_t qv = uint32_t(std::clamp(v, 0.f, steps));
           const int64_t bit = (g * q.group_size + j) * q.bits;
           row[bit >> 3] = uint8_t(row[bit >> 3] | (qv << (bit & 7)));

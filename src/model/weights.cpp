@@ -21,16 +21,6 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
-float to_f32(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::F32: return t.data<float>()[i];
-    case DType::BF16: return bf16_to_f32(t.data<uint16_t>()[i]);
-    case DType::F16: return f16_to_f32(t.data<uint16_t>()[i]);
-    default: AUGUR_ASSERT(false, "non-float weight");
-  }
-  return 0;
-}
-
 class CheckpointWeights final : public WeightSource {
  public:
   CheckpointWeights(std::shared_ptr<const Checkpoint> ckpt, QuantConfig quant)
@@ -162,7 +152,7 @@ Tensor WeightSource::fetch_canonical(std::string_view name, const std::vector<in
   Tensor t = fetch(stored, shape, is_vector);
   if (!ends_with_any(name, view_.shifted_gains)) return t;
   Tensor out = Tensor::empty(DType::F32, t.shape().data(), t.ndim());
-  for (int64_t i = 0; i < t.numel(); ++i) out.data<float>()[i] = to_f32(t, i) - 1.0f;  // exact near 1
+  for (int64_t i = 0; i < t.numel(); ++i) out.data<float>()[i] = t.float_at(i) - 1.0f;  // exact near 1
   return out;
 }
 
@@ -178,7 +168,7 @@ Tensor WeightSource::vector_f32(std::string_view name, int64_t n, float add) {
   n_params_ += t.numel();
   bytes_ += int64_t(t.nbytes());
   Tensor out = Tensor::empty(DType::F32, {n});
-  for (int64_t i = 0; i < n; ++i) out.data<float>()[i] = to_f32(t, i) + add;
+  for (int64_t i = 0; i < n; ++i) out.data<float>()[i] = t.float_at(i) + add;
   return placement_.vector(out);
 }
 
@@ -193,7 +183,7 @@ Tensor WeightSource::tensor_f32(std::string_view name, std::initializer_list<int
   n_params_ += t.numel();
   bytes_ += int64_t(t.nbytes());
   Tensor out = Tensor::empty(DType::F32, t.shape().data(), t.ndim());
-  for (int64_t i = 0; i < t.numel(); ++i) out.data<float>()[i] = to_f32(t, i);
+  for (int64_t i = 0; i < t.numel(); ++i) out.data<float>()[i] = t.float_at(i);
   return placement_.vector(out);
 }
 

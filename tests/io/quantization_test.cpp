@@ -51,29 +51,24 @@ TEST(AffineQuant, UnpacksMlxBitOrder) {
   cases.push_back({8, w8, v8});
   // 2 bits: sixteen a word.
   cases.push_back({2, {0xe4e4e4e4u}, {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}});
+  // 32 values of `bits` bits, bit by bit into the stream.
+  auto stream_of = [](int bits, uint32_t mul, uint32_t add) {
+    Case c{bits, std::vector<uint32_t>(size_t(bits), 0u), std::vector<uint32_t>(32)};
+    for (uint32_t j = 0; j < 32; ++j) {
+      c.values[j] = (j * mul + add) & ((1u << bits) - 1u);
+      for (uint32_t b = 0; b < uint32_t(bits); ++b)
+        if (c.values[j] >> b & 1u) c.words[(uint32_t(bits) * j + b) / 32] |= 1u << ((uint32_t(bits) * j + b) % 32);
+    }
+    return c;
+  };
   // 3 bits: 32 values in 3 words; value 10 spans words 0 and 1 (bits 30..32).
-  {
-    std::vector<uint32_t> vals(32);
-    for (uint32_t j = 0; j < 32; ++j) vals[j] = (j * 5u + 3u) & 7u;
-    std::vector<uint32_t> words(3, 0);
-    for (uint32_t j = 0; j < 32; ++j)
-      for (uint32_t b = 0; b < 3; ++b)
-        if (vals[j] >> b & 1u) words[(3 * j + b) / 32] |= 1u << ((3 * j + b) % 32);
-    EXPECT_EQ(vals[10], 5u);  // bits 30, 31 of word 0 and bit 0 of word 1: 1, 0, 1
-    EXPECT_EQ(words[0] >> 30, 1u);
-    EXPECT_EQ(words[1] & 1u, 1u);
-    cases.push_back({3, words, vals});
-  }
-  // 6 bits: four values in three bytes.
-  {
-    std::vector<uint32_t> vals(32);
-    for (uint32_t j = 0; j < 32; ++j) vals[j] = (j * 11u + 7u) & 63u;
-    std::vector<uint32_t> words(6, 0);
-    for (uint32_t j = 0; j < 32; ++j)
-      for (uint32_t b = 0; b < 6; ++b)
-        if (vals[j] >> b & 1u) words[(6 * j + b) / 32] |= 1u << ((6 * j + b) % 32);
-    cases.push_back({6, words, vals});
-  }
+  cases.push_back(stream_of(3, 5u, 3u));
+  EXPECT_EQ(cases.back().values[10], 5u);  // bits 30, 31 of word 0 and bit 0 of word 1: 1, 0, 1
+  EXPECT_EQ(cases.back().words[0] >> 30, 1u);
+  EXPECT_EQ(cases.back().words[1] & 1u, 1u);
+  // 5 and 6 bits: eight values in five bytes, four in three.
+  cases.push_back(stream_of(5, 13u, 1u));
+  cases.push_back(stream_of(6, 11u, 7u));
   for (const Case& c : cases) {
     const int64_t in = int64_t(c.values.size()) < 32 ? 32 : int64_t(c.values.size());
     std::vector<uint32_t> words = c.words, values = c.values;
