@@ -12,6 +12,7 @@
 #include "backend/cuda/memory.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/quant.h"
 
 namespace augur {
 
@@ -142,6 +143,32 @@ Tensor convert_half(const Tensor& t, DType to) {
 Tensor stack_rows(std::span<const Tensor> parts) {
   if (parts.empty()) fail("[stack_rows] nothing to stack");
   const Tensor& first = parts.front();
+  bool quantized = false, all_quantized = true;
+  for (const Tensor& p : parts) {
+    quantized = quantized || p.is_quantized();
+    all_quantized = all_quantized && p.is_quantized() && p.quant() == first.quant();
+  }
+  if (quantized && !all_quantized) {  // quantized alike or not at all: the rest as floats
+    std::vector<Tensor> floats;
+    for (const Tensor& p : parts) floats.push_back(p.is_quantized() ? dequantize(p) : p);
+    return stack_rows(floats);
+  }
+  if (quantized) {  // whole rows of blocks, on the host
+    int64_t rows = 0;
+    for (const Tensor& p : parts) {
+      if (p.ndim() != 2 || p.dim(1) != first.dim(1) || !p.is_contiguous() || p.device() != Device::CPU)
+        fail("[stack_rows] ", p.shape_str(), " does not stack onto ", first.shape_str());
+      rows += p.dim(0);
+    }
+    const int64_t shape[] = {rows, first.dim(1)};
+    Tensor out = empty_quantized(first.quant(), shape, 2);
+    char* at = static_cast<char*>(out.raw());
+    for (const Tensor& p : parts) {
+      std::memcpy(at, p.raw(), p.nbytes());
+      at += p.nbytes();
+    }
+    return out;
+  }
   int64_t rows = 0;
   bool same = true, halves = true;
   for (const Tensor& p : parts) {
@@ -176,8 +203,9 @@ Tensor select_rows(const Tensor& w, std::span<const int64_t> rows) {
   if (w.ndim() != 2) fail("[select_rows] needs a matrix, got ", w.shape_str());
   if (w.device() != Device::CPU)  // regrouped on the host, then placed back
     return to_device(select_rows(to_device(w, Device::CPU), rows), w.device());
-  Tensor out = Tensor::empty(w.dtype(), {int64_t(rows.size()), w.dim(1)});
-  const size_t row_bytes = size_t(w.dim(1)) * dtype_size(w.dtype());
+  const int64_t shape[] = {int64_t(rows.size()), w.dim(1)};
+  Tensor out = w.is_quantized() ? empty_quantized(w.quant(), shape, 2) : Tensor::empty(w.dtype(), shape, 2);
+  const size_t row_bytes = w.row_bytes();
   for (size_t i = 0; i < rows.size(); ++i) {
     if (rows[i] < 0 || rows[i] >= w.dim(0)) fail("[select_rows] row ", rows[i], " outside [0, ", w.dim(0), ")");
     std::memcpy(static_cast<char*>(out.raw()) + i * row_bytes, w.slice_rows(rows[i], rows[i] + 1).raw(), row_bytes);
@@ -190,11 +218,14 @@ Tensor select_cols(const Tensor& w, int64_t begin, int64_t end) {
   if (begin < 0 || end > w.dim(1) || begin >= end)
     fail("[select_cols] columns [", begin, ", ", end, ") of ", w.shape_str());
   if (w.device() != Device::CPU) return to_device(select_cols(to_device(w, Device::CPU), begin, end), w.device());
-  Tensor out = Tensor::empty(w.dtype(), {w.dim(0), end - begin});
-  const size_t es = dtype_size(w.dtype()), n = size_t(end - begin) * es;
+  if (w.is_quantized() && (begin % w.quant().group != 0 || end % w.quant().group != 0))
+    return select_cols(dequantize(w), begin, end);  // columns that split a block
+  const int64_t shape[] = {w.dim(0), end - begin};
+  Tensor out = w.is_quantized() ? empty_quantized(w.quant(), shape, 2) : Tensor::empty(w.dtype(), shape, 2);
+  const size_t n = out.row_bytes(), skip = w.slice_cols(0, begin).row_bytes();
   for (int64_t r = 0; r < w.dim(0); ++r)
     std::memcpy(static_cast<char*>(out.raw()) + size_t(r) * n,
-                static_cast<const char*>(w.raw()) + (size_t(r) * size_t(w.dim(1)) + size_t(begin)) * es, n);
+                static_cast<const char*>(w.raw()) + size_t(r) * w.row_bytes() + skip, n);
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include "backend/cpu/ops_cpu.h"
 #include "backend/device.h"
 #include "backend/ops_internal.h"
+#include "core/quant.h"
 #include "core/thread_pool.h"
 
 namespace augur::ops {
@@ -37,6 +38,13 @@ void embedding(const Tensor& table, std::span<const int32_t> ids, const Tensor& 
     return;
   }
   require_cpu_f32("embedding", out, "out");
+  if (table.is_quantized()) {  // each row dequantized as it is looked up
+    require(table.is_contiguous(), "embedding", "a quantized table must be contiguous");
+    for (size_t t = 0; t < ids.size(); ++t)
+      dequantize_rows(table.quant(), static_cast<const char*>(table.raw()) + size_t(ids[t]) * table.row_bytes(), 1,
+                      table.dim(1), DType::F32, out.data<float>() + int64_t(t) * table.dim(1));
+    return;
+  }
   require(table.dtype() == DType::F32 || table.dtype() == DType::BF16 || table.dtype() == DType::F16,
           "embedding", "table dtype ", dtype_name(table.dtype()), " unsupported");
   cpu::embedding(table.raw(), table.dtype(), table.dim(1), ids, out.data<float>());
@@ -55,6 +63,10 @@ void linear(const Tensor& x, const Tensor& w, const Tensor& y) {
   if (dev == Device::CUDA) {
     require(is_half(w.dtype()), "linear", "CUDA weights must be BF16 or F16, got ", dtype_name(w.dtype()));
     cuda::matmul_half(x.data<float>(), M, K, K, half_ptr(w), half_of(w), N, y.data<float>(), N, cuda::stream());
+    return;
+  }
+  if (w.is_quantized()) {
+    cpu::matmul_quantized(x.data<float>(), M, K, K, w.raw(), w.quant(), N, y.data<float>(), N, ThreadPool::global());
     return;
   }
   require(w.dtype() == DType::BF16 || w.dtype() == DType::F32, "linear", "w dtype ",

@@ -49,7 +49,8 @@ MoeDims check_moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& 
   require(gate_up.defined() && down.defined() && gate_up.device() == dev && down.device() == dev &&
               gate_up.is_contiguous() && down.is_contiguous() && gate_up.ndim() == 3 && down.ndim() == 3,
           op, "gate_up and down must be contiguous 3-D tensors on x's device");
-  require(gate_up.dtype() == down.dtype(), op, "gate_up and down differ in dtype");
+  require(gate_up.dtype() == down.dtype() || gate_up.is_quantized() || down.is_quantized(), op,
+          "gate_up and down differ in dtype");  // (on the host one may be quantized and the other not)
   require(x.ndim() == 2 && ids.ndim() == 2, op, "x must be [n_tokens, d_model], ids [n_tokens, top_k]; got ",
           x.shape_str(), ", ", ids.shape_str());
   MoeDims m{x.dim(0), x.dim(1), gate_up.dim(0), down.dim(2), ids.dim(1)};
@@ -71,6 +72,19 @@ int64_t moe_experts_workspace(const Tensor& x, const Tensor& gate_up, const Tens
   return int64_t((bytes + 3) / 4);
 }
 
+namespace {
+
+// y [M, N] = x [M, K] · wᵀ for one expert's matrix w [1, N, K] on the host.
+void matmul_rows(const float* x, int64_t M, const Tensor& w, float* y) {
+  const int64_t N = w.dim(1), K = w.dim(2);
+  if (w.is_quantized())
+    cpu::matmul_quantized(x, M, K, K, w.raw(), w.quant(), N, y, N, ThreadPool::global());
+  else
+    cpu::matmul(x, M, K, K, w.raw(), w.dtype(), N, y, N, ThreadPool::global());
+}
+
+}  // namespace
+
 void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& weights,
                  const Tensor& ids, const Tensor& out, const Tensor& workspace) {
   const MoeDims m = check_moe_experts(x, gate_up, down, weights, ids, out);
@@ -85,8 +99,9 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
                       cuda::stream());
     return;
   }
-  require(gate_up.dtype() == DType::BF16 || gate_up.dtype() == DType::F32, "moe_experts", "weights dtype ",
-          dtype_name(gate_up.dtype()), " unsupported");
+  for (const Tensor* t : {&gate_up, &down})
+    require(t->dtype() == DType::BF16 || t->dtype() == DType::F32 || t->is_quantized(), "moe_experts",
+            "weights dtype ", dtype_name(t->dtype()), " unsupported");
   // The reference composition (sparse_moe_block's loop): per expert in
   // ascending id, its tokens in batch order, SwiGLU, scaled and added into zeros.
   const int32_t* id = ids.data<int32_t>();
@@ -101,7 +116,6 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
       scales[size_t(id[t * m.k + i])].push_back(wt[t * m.k + i]);
     }
   std::fill_n(out.data<float>(), out.numel(), 0.0f);
-  const size_t esize = dtype_size(gate_up.dtype());
   std::vector<float> xe, gu, act, ye;
   for (int64_t e = 0; e < m.E; ++e) {
     const auto& tok = tokens[size_t(e)];
@@ -112,11 +126,10 @@ void moe_experts(const Tensor& x, const Tensor& gate_up, const Tensor& down, con
     act.resize(size_t(n * m.I));
     ye.resize(size_t(n * m.d));
     cpu::gather_rows(x.data<float>(), m.d, tok, xe.data());
-    const char* wgu = static_cast<const char*>(gate_up.raw()) + size_t(e * 2 * m.I * m.d) * esize;
-    const char* wd = static_cast<const char*>(down.raw()) + size_t(e * m.d * m.I) * esize;
-    cpu::matmul(xe.data(), n, m.d, m.d, wgu, gate_up.dtype(), 2 * m.I, gu.data(), 2 * m.I, ThreadPool::global());
+    const Tensor wgu = gate_up.slice_rows(e, e + 1), wd = down.slice_rows(e, e + 1);
+    matmul_rows(xe.data(), n, wgu, gu.data());
     cpu::swiglu_packed(gu.data(), n, m.I, act.data());
-    cpu::matmul(act.data(), n, m.I, m.I, wd, down.dtype(), m.d, ye.data(), m.d, ThreadPool::global());
+    matmul_rows(act.data(), n, wd, ye.data());
     cpu::scatter_add_rows(ye.data(), m.d, tok, scales[size_t(e)], out.data<float>());
   }
 }

@@ -2,6 +2,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/quant.h"
 
 namespace augur {
 
@@ -11,6 +12,7 @@ void Placement::require_available() const {
 }
 
 Tensor Placement::matrix(const Tensor& stored) const {
+  if (stored.is_quantized() && device_ != Device::CPU) return matrix(dequantize(stored));
   if (device_ == Device::CPU) {
     if (stored.dtype() != DType::F16) return stored;
     Tensor out = Tensor::empty(DType::F32, stored.shape().data(), stored.ndim());

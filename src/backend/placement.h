@@ -19,9 +19,11 @@ class Placement {
   // An error naming the device when this process cannot use it.
   void require_available() const;
 
-  // A matmul/embedding operand from its stored tensor (f32, bf16 or f16).
-  // The CPU keeps bf16 and f32 as stored (zero-copy for a checkpoint) and
-  // widens f16 to f32. CUDA kernels read 16-bit weights and the tensor-core
+  // A matmul/embedding operand from its stored tensor (f32, bf16, f16 or
+  // QAFFINE). The CPU keeps bf16, f32 and quantized matrices as stored
+  // (zero-copy for a float checkpoint) and widens f16 to f32. CUDA
+  // dequantizes a quantized matrix (its kernels read 16-bit weights), then
+  // places it as a float one. CUDA kernels read 16-bit weights and the tensor-core
   // path rounds its input to the weight's type: f16 keeps 3 more mantissa
   // bits than bf16 at the same rate, so a matrix whose values fit f16's range
   // (every one seen in practice) becomes f16 (cuda_settings().half permitting),

@@ -8,6 +8,7 @@ size_t dtype_size(DType t) {
     case DType::BF16: case DType::F16: return 2;
     case DType::I64: return 8;
     case DType::U8: case DType::BOOL: return 1;
+    case DType::QAFFINE: return 0;
   }
   return 0;
 }
@@ -22,6 +23,7 @@ std::string_view dtype_name(DType t) {
     case DType::I64: return "I64";
     case DType::U8: return "U8";
     case DType::BOOL: return "BOOL";
+    case DType::QAFFINE: return "AFFINE";
   }
   return "?";
 }

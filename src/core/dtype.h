@@ -8,7 +8,9 @@
 
 namespace augur {
 
-enum class DType : uint8_t { F32, BF16, F16, I32, U32, I64, U8, BOOL };
+// QAFFINE: affine-quantized matrix rows in blocks (core/quant.h); it has no
+// element size (dtype_size is 0), a tensor of it knows its row bytes.
+enum class DType : uint8_t { F32, BF16, F16, I32, U32, I64, U8, BOOL, QAFFINE };
 
 size_t dtype_size(DType t);
 std::string_view dtype_name(DType t);

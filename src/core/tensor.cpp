@@ -44,11 +44,24 @@ Tensor Tensor::uninitialized(DType dtype, const int64_t* shape, int ndim) {
 
 Tensor Tensor::view_of(std::shared_ptr<Buffer> buf, size_t offset, DType dtype,
                        const int64_t* shape, int ndim) {
+  AUGUR_ASSERT(dtype != DType::QAFFINE, "a quantized view needs its layout (quantized_view)");
+  return make(std::move(buf), offset, dtype, QuantLayout{}, shape, ndim);
+}
+
+Tensor Tensor::quantized_view(std::shared_ptr<Buffer> buf, size_t offset, const QuantLayout& q,
+                              const int64_t* shape, int ndim) {
+  AUGUR_ASSERT(ndim >= 1 && q.group > 0 && shape[ndim - 1] % q.group == 0, "quantized rows split into blocks");
+  return make(std::move(buf), offset, DType::QAFFINE, q, shape, ndim);
+}
+
+Tensor Tensor::make(std::shared_ptr<Buffer> buf, size_t offset, DType dtype, const QuantLayout& q,
+                    const int64_t* shape, int ndim) {
   AUGUR_ASSERT(ndim >= 0 && ndim <= kMaxDims, "tensor rank out of range");
   Tensor t;
   t.buf_ = std::move(buf);
   t.offset_ = offset;
   t.dtype_ = dtype;
+  t.quant_ = q;
   t.ndim_ = ndim;
   int64_t s = 1;
   for (int i = ndim - 1; i >= 0; --i) {
@@ -56,7 +69,7 @@ Tensor Tensor::view_of(std::shared_ptr<Buffer> buf, size_t offset, DType dtype,
     t.stride_[i] = s;
     s *= shape[i];
   }
-  AUGUR_ASSERT(offset + size_t(s) * dtype_size(dtype) <= t.buf_->size(), "view exceeds buffer");
+  AUGUR_ASSERT(offset + t.bytes_of(s) <= t.buf_->size(), "view exceeds buffer");
   return t;
 }
 
@@ -77,7 +90,9 @@ bool Tensor::is_contiguous() const {
 
 Tensor Tensor::reshape(std::initializer_list<int64_t> shape) const {
   AUGUR_ASSERT(is_contiguous(), "reshape of a non-contiguous view");
-  Tensor t = view_of(buf_, offset_, dtype_, shape.begin(), int(shape.size()));
+  AUGUR_ASSERT(!is_quantized() || (shape.size() > 0 && *(shape.end() - 1) == shape_[ndim_ - 1]),
+               "a quantized reshape keeps its rows");
+  Tensor t = make(buf_, offset_, dtype_, quant_, shape.begin(), int(shape.size()));
   AUGUR_ASSERT(t.numel() == numel(), "reshape changes the element count");
   return t;
 }
@@ -85,15 +100,17 @@ Tensor Tensor::reshape(std::initializer_list<int64_t> shape) const {
 Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   AUGUR_ASSERT(ndim_ >= 1 && begin >= 0 && begin <= end && end <= shape_[0], "bad row slice");
   Tensor t = *this;
-  t.offset_ = offset_ + size_t(begin * stride_[0]) * dtype_size(dtype_);
+  t.offset_ = offset_ + bytes_of(begin * stride_[0]);
   t.shape_[0] = end - begin;
   return t;
 }
 
 Tensor Tensor::slice_cols(int64_t begin, int64_t end) const {
   AUGUR_ASSERT(ndim_ == 2 && begin >= 0 && begin <= end && end <= shape_[1], "bad column slice");
+  AUGUR_ASSERT(!is_quantized() || (begin % quant_.group == 0 && end % quant_.group == 0),
+               "a quantized column slice takes whole blocks");
   Tensor t = *this;
-  t.offset_ = offset_ + size_t(begin * stride_[1]) * dtype_size(dtype_);
+  t.offset_ = offset_ + bytes_of(begin * stride_[1]);
   t.shape_[1] = end - begin;
   return t;
 }

@@ -64,6 +64,16 @@ class BorrowedBuffer final : public Buffer {
 
 constexpr int kMaxDims = 4;
 
+// How a QAFFINE tensor [.., N, K] stores each row: K / group blocks of
+// {scale, bias, codes} (core/quant.h says what they mean).
+struct QuantLayout {
+  uint8_t bits = 0;           // 2, 3, 4, 5, 6 or 8
+  uint16_t group = 0;         // values a block: 32, 64 or 128
+  DType scale = DType::BF16;  // scale and bias: BF16, F16 or F32
+  size_t block_bytes() const { return 2 * dtype_size(scale) + size_t(group) * bits / 8; }
+  bool operator==(const QuantLayout&) const = default;
+};
+
 class Tensor {
  public:
   Tensor() = default;
@@ -75,6 +85,10 @@ class Tensor {
   // A contiguous view over `buf` starting at `offset` bytes.
   static Tensor view_of(std::shared_ptr<Buffer> buf, size_t offset, DType dtype,
                         const int64_t* shape, int ndim);
+  // A contiguous QAFFINE view: rows of the last dimension in `q`'s blocks
+  // (that dimension a multiple of q.group).
+  static Tensor quantized_view(std::shared_ptr<Buffer> buf, size_t offset, const QuantLayout& q,
+                               const int64_t* shape, int ndim);
 
   bool defined() const { return buf_ != nullptr; }
   DType dtype() const { return dtype_; }
@@ -83,7 +97,12 @@ class Tensor {
   int64_t stride(int i) const { return stride_[i < 0 ? i + ndim_ : i]; }
   const std::array<int64_t, kMaxDims>& shape() const { return shape_; }
   int64_t numel() const;
-  size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
+  size_t nbytes() const { return bytes_of(numel()); }
+  // QAFFINE: its blocks' layout (bits 0 for other dtypes).
+  const QuantLayout& quant() const { return quant_; }
+  bool is_quantized() const { return dtype_ == DType::QAFFINE; }
+  // Bytes of one row of the last dimension, as stored.
+  size_t row_bytes() const { return bytes_of(ndim_ ? shape_[ndim_ - 1] : 1); }
   bool is_contiguous() const;
   Device device() const { return buf_ ? buf_->device() : Device::CPU; }
   const std::shared_ptr<Buffer>& buffer() const { return buf_; }
@@ -114,12 +133,19 @@ class Tensor {
 
  private:
   [[noreturn]] void not_float() const;
+  // Bytes of `elems` elements in storage order (QAFFINE: whole blocks).
+  size_t bytes_of(int64_t elems) const {
+    return is_quantized() ? size_t(elems / quant_.group) * quant_.block_bytes() : size_t(elems) * dtype_size(dtype_);
+  }
+  static Tensor make(std::shared_ptr<Buffer> buf, size_t offset, DType dtype, const QuantLayout& q,
+                     const int64_t* shape, int ndim);
   std::shared_ptr<Buffer> buf_;
   size_t offset_ = 0;
   DType dtype_ = DType::F32;
   int ndim_ = 0;
   std::array<int64_t, kMaxDims> shape_{};
   std::array<int64_t, kMaxDims> stride_{};
+  QuantLayout quant_;
 };
 
 }  // namespace augur

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/quant.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
 #include "io/json_config.h"
@@ -32,15 +33,6 @@ uint16_t bf16_toward(float v, bool up) {
     r = uint16_t(up != negative ? r + 1 : r - 1);  // one ulp away from zero, or toward it
   }
   return r;
-}
-
-// Value j of a row's little-endian bit stream.
-inline uint32_t unpack(const uint8_t* row, int64_t j, int bits) {
-  const int64_t bit = j * bits;
-  const int shift = int(bit & 7);
-  uint32_t v = row[bit >> 3] >> shift;
-  if (shift + bits > 8) v |= uint32_t(row[(bit >> 3) + 1]) << (8 - shift);
-  return v & ((1u << bits) - 1u);
 }
 
 }  // namespace
@@ -103,65 +95,7 @@ std::optional<AffineQuant> QuantConfig::for_module(std::string_view module) cons
 Tensor dequantize_affine(const Tensor& packed, const Tensor& scales, const Tensor& biases, const AffineQuant& q,
                          int64_t in, std::string_view name) {
   check_affine(q, name);
-  if (packed.dtype() != DType::U32)
-    fail("[quantization] ", name, ": packed weights are ", dtype_name(packed.dtype()), ", expected U32");
-  if (scales.dtype() != DType::F32 && scales.dtype() != DType::BF16 && scales.dtype() != DType::F16)
-    fail("[quantization] ", name, ": scales are ", dtype_name(scales.dtype()), ", expected a float type");
-  const int nd = packed.ndim();
-  const bool shapes_agree = [&] {
-    if (nd < 2 || scales.ndim() != nd || biases.shape() != scales.shape() || biases.dtype() != scales.dtype())
-      return false;
-    for (int i = 0; i < nd - 1; ++i)
-      if (scales.dim(i) != packed.dim(i)) return false;
-    return in > 0 && in % q.group_size == 0 && in * q.bits % 32 == 0 && packed.dim(nd - 1) == in * q.bits / 32 &&
-           scales.dim(nd - 1) == in / q.group_size;
-  }();
-  if (!shapes_agree)
-    fail("[quantization] ", name, ": weight ", shape_str(packed), ", scales ", shape_str(scales), " and biases ",
-         shape_str(biases), " do not make rows of ", in, " values at ", q.bits, " bits in groups of ", q.group_size);
-  if (!packed.is_contiguous() || !scales.is_contiguous() || !biases.is_contiguous())
-    fail("[quantization] ", name, ": tensors not contiguous");
-  std::vector<int64_t> shape(packed.shape().begin(), packed.shape().begin() + nd);
-  shape.back() = in;
-  Tensor out = Tensor::uninitialized(scales.dtype(), shape.data(), nd);
-  const int64_t rows = packed.numel() / packed.dim(nd - 1), groups = in / q.group_size;
-  const int64_t row_bytes = in * q.bits / 8;
-  const uint8_t* src = static_cast<const uint8_t*>(packed.raw());
-  // A group's values are unpacked with the width known at compile time and
-  // widened in f32, then stored in the output type (a checkpoint of tens of
-  // billions of weights dequantizes as it loads).
-  auto rows_of = [&]<int kBits>(int64_t rb, int64_t re) {
-    std::vector<float> v(size_t(q.group_size));
-    for (int64_t r = rb; r < re; ++r) {
-      const uint8_t* row = src + r * row_bytes;
-      for (int64_t g = 0; g < groups; ++g) {
-        const float s = scales.float_at(r * groups + g), b = biases.float_at(r * groups + g);
-        const int64_t j0 = g * q.group_size;
-        for (int64_t j = 0; j < q.group_size; ++j) v[size_t(j)] = std::fma(s, float(unpack(row, j0 + j, kBits)), b);
-        const int64_t at = r * in + j0;
-        switch (out.dtype()) {
-          case DType::BF16:
-            for (int64_t j = 0; j < q.group_size; ++j) out.data<uint16_t>()[at + j] = f32_to_bf16(v[size_t(j)]);
-            break;
-          case DType::F16:
-            for (int64_t j = 0; j < q.group_size; ++j) out.data<uint16_t>()[at + j] = f32_to_f16(v[size_t(j)]);
-            break;
-          default: std::copy(v.begin(), v.end(), out.data<float>() + at);
-        }
-      }
-    }
-  };
-  ThreadPool::global().parallel_for(rows, 16, [&](int64_t rb, int64_t re) {
-    switch (q.bits) {
-      case 2: rows_of.template operator()<2>(rb, re); break;
-      case 3: rows_of.template operator()<3>(rb, re); break;
-      case 4: rows_of.template operator()<4>(rb, re); break;
-      case 5: rows_of.template operator()<5>(rb, re); break;
-      case 6: rows_of.template operator()<6>(rb, re); break;
-      default: rows_of.template operator()<8>(rb, re); break;
-    }
-  });
-  return out;
+  return dequantize(pack_affine(packed, scales, biases, q.bits, q.group_size, in, name));
 }
 
 AffineTriple quantize_affine(const Tensor& w, const AffineQuant& q, std::string_view name) {

@@ -21,6 +21,12 @@ Tensor stack_experts(const std::vector<Tensor>& parts, int64_t n_expert) {
     if (p.ndim() != 2 || p.dim(1) != first.dim(1))
       fail("[moe] expert matrix ", p.shape_str(), " does not stack onto ", first.shape_str());
     rows += p.dim(0);
+    if (p.is_quantized() || dt == DType::QAFFINE) {
+      if (!p.is_quantized() || p.quant() != first.quant())
+        fail("[moe] experts quantized unlike one another (", dtype_name(p.dtype()), ", ", dtype_name(dt),
+             ") cannot be stacked");
+      continue;
+    }
     if (p.dtype() == dt) continue;
     if (!is_half(p.dtype()) || !is_half(dt))
       fail("[moe] experts of mixed dtypes (", dtype_name(p.dtype()), ", ", dtype_name(dt), ") cannot be stacked");
@@ -36,8 +42,10 @@ Tensor stack_experts(const std::vector<Tensor>& parts, int64_t n_expert) {
     adjacent = adjacent && p.buffer() == first.buffer() && p.dtype() == dt && p.is_contiguous() && p.raw() == at;
     at += p.nbytes();
   }
+  const size_t offset = size_t(static_cast<const char*>(first.raw()) - base);
   if (adjacent)
-    return Tensor::view_of(first.buffer(), size_t(static_cast<const char*>(first.raw()) - base), dt, shape, 3);
+    return dt == DType::QAFFINE ? Tensor::quantized_view(first.buffer(), offset, first.quant(), shape, 3)
+                                : Tensor::view_of(first.buffer(), offset, dt, shape, 3);
   std::vector<Tensor> same;
   for (const Tensor& p : parts) same.push_back(p.dtype() == dt ? p : convert_half(p, dt));
   return stack_rows(same).reshape({shape[0], shape[1], shape[2]});

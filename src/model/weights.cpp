@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
+#include "core/quant.h"
 #include "io/quantization.h"
 
 namespace augur {
@@ -42,8 +43,8 @@ class CheckpointWeights final : public WeightSource {
     if (stored != shape)
       fail("[weights] ", info.file, ": tensor '", name, "' has shape ", shape_str(stored), ", expected ",
            shape_str(shape));
-    if (q) return dequantize_affine(ckpt_->get(name), ckpt_->get(q->module + ".scales"),
-                                    ckpt_->get(q->module + ".biases"), q->spec, shape.back(), name);
+    if (q) return pack_affine(ckpt_->get(name), ckpt_->get(q->module + ".scales"), ckpt_->get(q->module + ".biases"),
+                              q->spec.bits, q->spec.group_size, shape.back(), name);
     if (info.dtype != DType::F32 && info.dtype != DType::BF16 && info.dtype != DType::F16)
       fail("[weights] ", info.file, ": tensor '", name, "' has dtype ", dtype_name(info.dtype),
            ", expected a float type");

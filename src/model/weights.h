@@ -77,7 +77,8 @@ class WeightSource {
 };
 
 // Affine-quantized matrices (mlx-community checkpoints, `quant` from their
-// config.json) are dequantized as they are read, into the scales' float type.
+// config.json) are read as QAFFINE tensors (core/quant.h): the CPU keeps them
+// packed, other devices dequantize them as they place them.
 std::unique_ptr<WeightSource> checkpoint_weights(std::shared_ptr<const Checkpoint> ckpt,
                                                  const QuantConfig& quant = {});
 // Matrices ~ U(-a, a) with a = sqrt(3 / fan_in) (std 1/sqrt(fan_in)), vectors

@@ -5,10 +5,17 @@
 // is plain greedy's on the same device, token for token over 256 tokens.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <map>
 #include <random>
 
 #include "backend/device.h"
+#include "io/quantization.h"
+#include "runtime/runner.h"
 #include "runtime/draft_fixtures.h"
 #include "runtime/engine.h"
 #include "runtime/perplexity.h"
@@ -120,6 +127,38 @@ TEST(CudaMtp, AgreementAsOnTheCpu) {
               (long long)b.agree, (long long)b.positions);
   EXPECT_EQ(a.positions, b.positions);
   EXPECT_NEAR(a.rate, b.rate, 0.01);
+}
+
+// augur-tiny quantized to 4 bits (augur quantize's layout) on the device,
+// where each matrix is dequantized as it is placed: its prompt logits are the
+// CPU's (which reads the packed weights) within the CUDA path's rounding,
+// and nowhere near the unquantized model's.
+TEST(CudaQuantized, FourBitAugurTinyAsOnTheCpu) {
+  if (!device_available(Device::CUDA)) GTEST_SKIP() << "no CUDA device";
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("augur-cuda-q4-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  quantize_checkpoint(kDraftTiny, dir.string(), {4, 64});
+  const std::vector<int32_t> prompt = prompt_ids(1000, 5, 48);
+  auto logits = [&](const std::string& d, Device dev) {
+    auto model = load_model(d, dev);
+    Runner r(*model, {});
+    const Tensor l = r.feed(*r.new_sequence(), prompt, true);
+    return std::vector<float>(l.data<float>(), l.data<float>() + l.numel());
+  };
+  const auto gpu = logits(dir.string(), Device::CUDA), cpu = logits(dir.string(), Device::CPU);
+  const auto plain = logits(kDraftTiny, Device::CPU);
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(gpu.size(), cpu.size());
+  float on_device = 0.f, from_plain = 0.f;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    on_device = std::max(on_device, std::fabs(gpu[i] - cpu[i]));
+    from_plain = std::max(from_plain, std::fabs(cpu[i] - plain[i]));
+  }
+  std::printf("[cuda quantized] 4-bit augur-tiny: max |CUDA - CPU| = %.4f; max |4-bit - bf16| = %.4f\n", on_device,
+              from_plain);
+  EXPECT_LT(on_device, 0.1f);
+  EXPECT_GT(from_plain, 0.5f);
 }
 
 }  // namespace

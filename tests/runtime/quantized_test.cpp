@@ -104,6 +104,14 @@ TEST_P(Quantized, LoadsAsTheWeightsItDequantizesTo) {
   const auto at4 = prompt_logits(q4.path().string(), prompt), dequantized = prompt_logits(ref.path().string(), prompt);
   ASSERT_EQ(at4.size(), original.size());
   EXPECT_EQ(at4, dequantized) << "a quantized checkpoint computes other than its dequantized weights";
+  // ... from its packed weights: a decode step reads under half the bytes
+  // (the fixtures keep many matrices too narrow for a group in floats),
+  // augur-tiny's under 30%.
+  const int64_t packed = load_model(q4.path().string(), Device::CPU)->info().decode_weight_bytes;
+  const int64_t floats = load_model(ref.path().string(), Device::CPU)->info().decode_weight_bytes;
+  std::printf("[quantized] %s: a decode step reads %lld bytes packed, %lld dequantized\n", GetParam().c_str(),
+              (long long)packed, (long long)floats);
+  EXPECT_LT(double(packed), (GetParam() == "augur-tiny" ? 0.3 : 0.5) * double(floats));
   EXPECT_NE(at4, original);
   float worst8 = 0.f, worst4 = 0.f;
   for (size_t i = 0; i < original.size(); ++i) {

@@ -6,10 +6,12 @@
 #include <cstring>
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "core/quant.h"
 
 namespace augur::cpu {
 
@@ -61,16 +63,14 @@ constexpr int64_t kColumnUnit = 16;
 // Below this many multiply-adds the fork costs more than it saves.
 constexpr int64_t kMinParallelMacs = 1 << 16;
 
-void run_split(detail::MatmulRangeFn fn, const float* x, int64_t M, int64_t K, int64_t ldx,
-               const void* w, DType w_dtype, int64_t N, float* y, int64_t ldy, ThreadPool& pool) {
+// Calls range(m0, m1, n0, n1) for each thread's share of y[0:M, 0:N].
+template <typename Range>
+void split(int64_t M, int64_t K, int64_t N, ThreadPool& pool, Range range) {
   AUGUR_ASSERT(M >= 0 && K >= 0 && N >= 0, "[matmul] negative size");
-  AUGUR_ASSERT(w_dtype == DType::BF16 || w_dtype == DType::F32,
-               "[matmul] weights must be BF16 or F32");
-  AUGUR_ASSERT(M <= 1 || (ldx >= K && ldy >= N), "[matmul] row stride shorter than the row");
   if (M == 0 || N == 0) return;
   const int n_threads = pool.size();
   if (n_threads == 1 || M * N * K < kMinParallelMacs) {
-    fn(x, M, K, ldx, w, w_dtype, y, ldy, 0, N);
+    range(int64_t(0), M, int64_t(0), N);
     return;
   }
   const int64_t units = (N + kColumnUnit - 1) / kColumnUnit;
@@ -82,8 +82,46 @@ void run_split(detail::MatmulRangeFn fn, const float* x, int64_t M, int64_t K, i
     const int64_t m0 = M * im / tm, m1 = M * (im + 1) / tm;
     const int64_t n0 = std::min(N, units * in / tn * kColumnUnit);
     const int64_t n1 = std::min(N, units * (in + 1) / tn * kColumnUnit);
-    if (m0 < m1 && n0 < n1)
-      fn(x + m0 * ldx, m1 - m0, K, ldx, w, w_dtype, y + m0 * ldy, ldy, n0, n1);
+    if (m0 < m1 && n0 < n1) range(m0, m1, n0, n1);
+  });
+}
+
+void run_split(detail::MatmulRangeFn fn, const float* x, int64_t M, int64_t K, int64_t ldx,
+               const void* w, DType w_dtype, int64_t N, float* y, int64_t ldy, ThreadPool& pool) {
+  AUGUR_ASSERT(w_dtype == DType::BF16 || w_dtype == DType::F32,
+               "[matmul] weights must be BF16 or F32");
+  AUGUR_ASSERT(M <= 1 || (ldx >= K && ldy >= N), "[matmul] row stride shorter than the row");
+  split(M, K, N, pool, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    fn(x + m0 * ldx, m1 - m0, K, ldx, w, w_dtype, y + m0 * ldy, ldy, n0, n1);
+  });
+}
+
+// A quantized matrix's rows are dequantized a block at a time into this
+// much per-thread scratch (the float kernels' own block of weights, so it
+// stays in L2 while every row of x passes over it).
+constexpr int64_t kDequantBytes = 256 << 10;
+
+void* dequant_scratch(size_t bytes) {
+  thread_local std::unique_ptr<HostBuffer> buf;
+  if (!buf || buf->size() < bytes) buf = std::make_unique<HostBuffer>(bytes, Fill::None);
+  return buf->data();
+}
+
+void run_quantized(detail::MatmulRangeFn fn, detail::DequantRowsFn dequant, const float* x, int64_t M, int64_t K,
+                   int64_t ldx, const void* w, const QuantLayout& q, int64_t N, float* y, int64_t ldy,
+                   ThreadPool& pool) {
+  AUGUR_ASSERT(q.group > 0 && K % q.group == 0, "[matmul] quantized rows split into whole blocks");
+  AUGUR_ASSERT(M <= 1 || (ldx >= K && ldy >= N), "[matmul] row stride shorter than the row");
+  const DType dt = dequantized_cpu_type(q);
+  const size_t row_bytes = size_t(K / q.group) * q.block_bytes(), out_row = size_t(K) * dtype_size(dt);
+  const int64_t block = std::max<int64_t>(kColumnUnit, kDequantBytes / int64_t(out_row) / kColumnUnit * kColumnUnit);
+  split(M, K, N, pool, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    void* rows = dequant_scratch(size_t(std::min(block, n1 - n0)) * out_row);
+    for (int64_t n = n0; n < n1; n += block) {
+      const int64_t nb = std::min(block, n1 - n);
+      dequant(q, static_cast<const uint8_t*>(w) + size_t(n) * row_bytes, nb, K, dt, rows);
+      fn(x + m0 * ldx, m1 - m0, K, ldx, rows, dt, y + m0 * ldy + n, ldy, 0, nb);
+    }
   });
 }
 
@@ -148,6 +186,29 @@ void matmul_avx512bf16(const float* x, int64_t M, int64_t K, int64_t ldx, const 
   AUGUR_ASSERT(matmul_path_supported(MatmulPath::Avx512Bf16),
                "[matmul] this CPU has no AVX-512 BF16");
   run_split(&detail::matmul_range_avx512bf16, x, M, K, ldx, w, w_dtype, N, y, ldy, pool);
+}
+
+void matmul_quantized(MatmulPath path, const float* x, int64_t M, int64_t K, int64_t ldx, const void* w,
+                      const QuantLayout& q, int64_t N, float* y, int64_t ldy, ThreadPool& pool) {
+  AUGUR_ASSERT(matmul_path_supported(path), "[matmul] this CPU lacks the path asked for");
+  switch (path) {
+    case MatmulPath::Scalar:
+      return run_quantized(&detail::matmul_range_scalar, &dequantize_rows, x, M, K, ldx, w, q, N, y, ldy, pool);
+    case MatmulPath::Avx2:
+      return run_quantized(&detail::matmul_range_avx2, &detail::dequantize_rows_avx2, x, M, K, ldx, w, q, N, y, ldy,
+                           pool);
+    case MatmulPath::Avx512:
+      return run_quantized(&detail::matmul_range_avx512, &detail::dequantize_rows_avx512, x, M, K, ldx, w, q, N, y,
+                           ldy, pool);
+    case MatmulPath::Avx512Bf16:
+      return run_quantized(&detail::matmul_range_avx512bf16, &detail::dequantize_rows_avx512, x, M, K, ldx, w, q, N,
+                           y, ldy, pool);
+  }
+}
+
+void matmul_quantized(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, const QuantLayout& q,
+                      int64_t N, float* y, int64_t ldy, ThreadPool& pool) {
+  matmul_quantized(matmul_path(), x, M, K, ldx, w, q, N, y, ldy, pool);
 }
 
 namespace detail {

@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/tensor.h"
 #include "core/thread_pool.h"
 
 namespace augur::cpu {
@@ -37,6 +38,19 @@ void matmul(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, DT
             int64_t N, float* y, int64_t ldy, ThreadPool& pool);
 
 enum class MatmulPath : uint8_t { Scalar, Avx2, Avx512, Avx512Bf16 };
+
+// y = x·wᵀ for an affine-quantized w: QAFFINE rows [N, K] (core/quant.h).
+// Each thread dequantizes its rows a block at a time (256 KB of
+// dequantized_cpu_type, then still in L2) and multiplies them with the
+// path's float kernel, so every y[m, n] is bit-identical to matmul() on the
+// dequantized matrix (and so, as there, whatever M, tiling and threads).
+// The weights stay packed in memory: a 4-bit matrix reads about a quarter
+// of a bf16 one's bytes.
+void matmul_quantized(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w, const QuantLayout& q,
+                      int64_t N, float* y, int64_t ldy, ThreadPool& pool);
+// One path, forced (tests, benchmarks). Aborts if the CPU lacks it.
+void matmul_quantized(MatmulPath path, const float* x, int64_t M, int64_t K, int64_t ldx, const void* w,
+                      const QuantLayout& q, int64_t N, float* y, int64_t ldy, ThreadPool& pool);
 
 // The path matmul() takes on this CPU (after AUGUR_CPU).
 MatmulPath matmul_path();
@@ -75,6 +89,12 @@ void matmul_range_avx512(const float* x, int64_t M, int64_t K, int64_t ldx, cons
                          DType w_dtype, float* y, int64_t ldy, int64_t n_begin, int64_t n_end);
 void matmul_range_avx512bf16(const float* x, int64_t M, int64_t K, int64_t ldx, const void* w,
                              DType w_dtype, float* y, int64_t ldy, int64_t n_begin, int64_t n_end);
+
+// core/quant.h's dequantize_rows built for one instruction set (the same
+// values: IEEE fma and rounding; F16C rounds to f16).
+using DequantRowsFn = void (*)(const QuantLayout& q, const void* src, int64_t rows, int64_t K, DType out, void* dst);
+void dequantize_rows_avx2(const QuantLayout& q, const void* src, int64_t rows, int64_t K, DType out, void* dst);
+void dequantize_rows_avx512(const QuantLayout& q, const void* src, int64_t rows, int64_t K, DType out, void* dst);
 
 }  // namespace detail
 

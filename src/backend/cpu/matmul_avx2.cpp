@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "backend/cpu/matmul.h"
+#include "core/quant.h"
 #include "core/tensor.h"
 
 namespace augur::cpu::detail {
@@ -206,6 +207,20 @@ void matmul_range_avx2(const float* x, int64_t M, int64_t K, int64_t ldx, const 
   if (w_dtype == DType::F32)
     return run_range(x, M, K, ldx, static_cast<const float*>(w), y, ldy, n_begin, n_end);
   run_range(x, M, K, ldx, static_cast<const uint16_t*>(w), y, ldy, n_begin, n_end);
+}
+
+namespace {
+
+// n (a multiple of 8) floats rounded to f16 and back, by F16C.
+void round_f16_f16c(float* v, int n) {
+  for (int i = 0; i < n; i += 8)
+    _mm256_storeu_ps(v + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(v + i), _MM_FROUND_TO_NEAREST_INT)));
+}
+
+}  // namespace
+
+void dequantize_rows_avx2(const QuantLayout& q, const void* src, int64_t rows, int64_t K, DType out, void* dst) {
+  quant_detail::dequantize_rows_with(q, src, rows, K, out, dst, &round_f16_f16c);
 }
 
 }  // namespace augur::cpu::detail
