@@ -95,8 +95,22 @@ inline void block_values(const uint8_t* block, const QuantLayout& q, float* v) {
     std::memcpy(pad, codes, n);
     pad[n] = 0;
     for (int j = 0; j < G; ++j) v[j] = std::fma(s, float(code_at<kBits>(pad, j)), b);
+  } else if constexpr (kBits == 4) {  // a byte's two values a step (an index j / 2 does not vectorize)
+    for (int i = 0; i < G / 2; ++i) {
+      const uint32_t c = codes[i];
+      v[2 * i] = std::fma(s, float(c & 15u), b);
+      v[2 * i + 1] = std::fma(s, float(c >> 4), b);
+    }
+  } else if constexpr (kBits == 2) {
+    for (int i = 0; i < G / 4; ++i) {
+      const uint32_t c = codes[i];
+      v[4 * i] = std::fma(s, float(c & 3u), b);
+      v[4 * i + 1] = std::fma(s, float((c >> 2) & 3u), b);
+      v[4 * i + 2] = std::fma(s, float((c >> 4) & 3u), b);
+      v[4 * i + 3] = std::fma(s, float(c >> 6), b);
+    }
   } else {
-    for (int j = 0; j < G; ++j) v[j] = std::fma(s, float(code_at<kBits>(codes, j)), b);
+    for (int j = 0; j < G; ++j) v[j] = std::fma(s, float(codes[j]), b);
   }
 }
 

@@ -18,7 +18,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <utility>
 
@@ -397,9 +399,41 @@ void round_f16_f16c(float* v, int n) {
     _mm256_storeu_ps(v + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(v + i), _MM_FROUND_TO_NEAREST_INT)));
 }
 
+// 4-bit rows with bf16 scales into bf16 (the common mlx checkpoint): a
+// group's 16 possible values are computed once (fmaf and bf16 rounding, as
+// everywhere) and its codes looked up 32 at a time by vpermw, where
+// computing each value took ~3x as long as augur-tiny's bf16 decode step.
+void dequantize_4bit_bf16(const QuantLayout& q, const uint8_t* src, int64_t rows, int64_t K, uint16_t* dst) {
+  const int G = q.group;
+  const size_t bb = q.block_bytes();
+  const int64_t groups = K / G;
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  alignas(64) uint16_t lut[32];
+  for (int64_t i = 0; i < rows * groups; ++i) {
+    const uint8_t* block = src + size_t(i) * bb;
+    uint16_t sb, bb16;
+    std::memcpy(&sb, block, 2);
+    std::memcpy(&bb16, block + 2, 2);
+    const float s = bf16_to_f32(sb), b = bf16_to_f32(bb16);
+    for (int c = 0; c < 16; ++c) lut[c] = lut[c + 16] = quant_detail::round_bf16(std::fma(s, float(c), b));
+    const __m512i table = _mm512_load_si512(lut);
+    const uint8_t* codes = block + 4;
+    uint16_t* d = dst + i * G;
+    for (int j = 0; j < G; j += 32) {  // 16 bytes: 32 codes, low nibble first
+      const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j / 2));
+      const __m128i lo = _mm_and_si128(packed, low4), hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low4);
+      const __m256i idx8 = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+      const __m512i idx = _mm512_cvtepu8_epi16(idx8);
+      _mm512_storeu_si512(d + j, _mm512_permutexvar_epi16(idx, table));
+    }
+  }
+}
+
 }  // namespace
 
 void dequantize_rows_avx512(const QuantLayout& q, const void* src, int64_t rows, int64_t K, DType out, void* dst) {
+  if (q.bits == 4 && q.scale == DType::BF16 && out == DType::BF16)
+    return dequantize_4bit_bf16(q, static_cast<const uint8_t*>(src), rows, K, static_cast<uint16_t*>(dst));
   quant_detail::dequantize_rows_with(q, src, rows, K, out, dst, &round_f16_f16c);
 }
 
