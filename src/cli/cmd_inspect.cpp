@@ -84,8 +84,8 @@ int inspect(const std::string& dir, bool json, int64_t ctx) {
     std::printf(" %s: %lld tensors, %s;", k.c_str(), (long long)v.first, human_bytes(double(v.second)).c_str());
   std::printf("\n");
   if (spec)
-    std::printf("quantization   affine, %d bits in groups of %d; dequantized as loaded (the memory below)\n", spec->bits,
-                spec->group_size);
+    std::printf("quantization   affine, %d bits in groups of %d; packed on the CPU (the memory below), dequantized "
+                "as loaded on CUDA\n", spec->bits, spec->group_size);
   if (state_bytes > 0)
     std::printf("memory         weights %s + KV %s/token (f32) x %lld tokens + recurrent state %s/sequence (%lld layers) = %s\n",
                 human_bytes(double(info.weight_bytes)).c_str(), human_bytes(double(info.kv.bytes_per_token())).c_str(),
