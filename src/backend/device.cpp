@@ -150,7 +150,8 @@ Tensor stack_rows(std::span<const Tensor> parts) {
   }
   if (quantized && !all_quantized) {  // quantized alike or not at all: the rest as floats
     std::vector<Tensor> floats;
-    for (const Tensor& p : parts) floats.push_back(p.is_quantized() ? dequantize(p) : p);
+    for (const Tensor& p : parts)
+      floats.push_back(p.is_quantized() ? dequantize(p, dequantized_cpu_type(p.quant())) : p);
     return stack_rows(floats);
   }
   if (quantized) {  // whole rows of blocks, on the host
@@ -218,8 +219,9 @@ Tensor select_cols(const Tensor& w, int64_t begin, int64_t end) {
   if (begin < 0 || end > w.dim(1) || begin >= end)
     fail("[select_cols] columns [", begin, ", ", end, ") of ", w.shape_str());
   if (w.device() != Device::CPU) return to_device(select_cols(to_device(w, Device::CPU), begin, end), w.device());
-  if (w.is_quantized() && (begin % w.quant().group != 0 || end % w.quant().group != 0))
-    return select_cols(dequantize(w), begin, end);  // columns that split a block
+  if (!w.is_contiguous()) fail("[select_cols] needs a contiguous matrix");
+  if (w.is_quantized() && (begin % w.quant().group != 0 || end % w.quant().group != 0))  // columns that split a block
+    return select_cols(dequantize(w, dequantized_cpu_type(w.quant())), begin, end);
   const int64_t shape[] = {w.dim(0), end - begin};
   Tensor out = w.is_quantized() ? empty_quantized(w.quant(), shape, 2) : Tensor::empty(w.dtype(), shape, 2);
   const size_t n = out.row_bytes(), skip = w.slice_cols(0, begin).row_bytes();

@@ -24,6 +24,9 @@ Tensor empty_quantized(const QuantLayout& q, const int64_t* shape, int ndim) {
 
 Tensor pack_affine(const Tensor& codes, const Tensor& scales, const Tensor& biases, int bits, int group, int64_t in,
                    std::string_view name) {
+  if ((bits < 2 || bits > 8 || bits == 7) || (group != 32 && group != 64 && group != 128))
+    fail("[quantization] ", name, ": ", bits, " bits in groups of ", group,
+         "; packed matrices take 2, 3, 4, 5, 6 or 8 bits in groups of 32, 64 or 128");
   if (codes.dtype() != DType::U32)
     fail("[quantization] ", name, ": packed weights are ", dtype_name(codes.dtype()), ", expected U32");
   if (scales.dtype() != DType::F32 && scales.dtype() != DType::BF16 && scales.dtype() != DType::F16)
@@ -67,13 +70,17 @@ void dequantize_rows(const QuantLayout& q, const void* src, int64_t rows, int64_
   quant_detail::dequantize_rows_with(q, src, rows, K, out, dst, &round_f16_scalar);
 }
 
-Tensor dequantize(const Tensor& q) {
+Tensor dequantize(const Tensor& q) { return dequantize(q, q.is_quantized() ? q.quant().scale : DType::F32); }
+
+Tensor dequantize(const Tensor& q, DType out_type) {
   if (!q.is_quantized() || !q.is_contiguous() || q.device() != Device::CPU)
     fail("[quantization] dequantize needs a contiguous host QAFFINE tensor, got ", dtype_name(q.dtype()), " ",
          q.shape_str());
   const int nd = q.ndim();
   const int64_t K = q.dim(nd - 1), rows = q.numel() / K;
-  Tensor out = Tensor::uninitialized(q.quant().scale, q.shape().data(), nd);
+  if (out_type != q.quant().scale && out_type != DType::F32)
+    fail("[quantization] dequantize to ", dtype_name(out_type), ": the scales' type or F32 only");
+  Tensor out = Tensor::uninitialized(out_type, q.shape().data(), nd);
   const size_t rb_bytes = q.row_bytes(), out_row = size_t(K) * dtype_size(out.dtype());
   ThreadPool::global().parallel_for(rows, 16, [&](int64_t rb, int64_t re) {
     dequantize_rows(q.quant(), static_cast<const uint8_t*>(q.raw()) + size_t(rb) * rb_bytes, re - rb, K,

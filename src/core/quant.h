@@ -31,8 +31,9 @@ Tensor pack_affine(const Tensor& codes, const Tensor& scales, const Tensor& bias
 Tensor empty_quantized(const QuantLayout& q, const int64_t* shape, int ndim);
 
 // The float matrix of a QAFFINE tensor (contiguous, on the host), in its
-// scales' type: mlx's dequantize.
+// scales' type (mlx's dequantize), or as F32 (those values widened).
 Tensor dequantize(const Tensor& q);
+Tensor dequantize(const Tensor& q, DType out);
 
 // What the CPU kernels multiply a dequantized weight as: bf16 scales give
 // bf16 weights (widened exactly by the matmul kernels); f16 and f32 scales
@@ -49,10 +50,24 @@ void dequantize_rows(const QuantLayout& q, const void* src, int64_t rows, int64_
 namespace quant_detail {
 namespace {
 
+// (bf16_to_f32, std::fma and QuantLayout's members are inline functions of
+// external linkage: an unoptimized build could keep a vector unit's copy of
+// them for every caller, so these helpers use their own.)
+inline float widen_bf16(uint16_t h) {
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline size_t block_bytes_of(const QuantLayout& q) {
+  return 2 * (q.scale == DType::F32 ? 4u : 2u) + size_t(q.group) * q.bits / 8;
+}
+
 inline float load_float(const uint8_t* p, DType t) {
   uint16_t h;
   switch (t) {
-    case DType::BF16: std::memcpy(&h, p, 2); return bf16_to_f32(h);
+    case DType::BF16: std::memcpy(&h, p, 2); return widen_bf16(h);
     case DType::F16: std::memcpy(&h, p, 2); return f16_to_f32(h);
     default: {
       float f;
@@ -85,7 +100,7 @@ inline uint32_t code_at(const uint8_t* codes, int j) {
 // may not have: those read the group from a padded copy).
 template <int kBits>
 inline void block_values(const uint8_t* block, const QuantLayout& q, float* v) {
-  const size_t sb = dtype_size(q.scale);
+  const size_t sb = q.scale == DType::F32 ? 4 : 2;
   const float s = load_float(block, q.scale), b = load_float(block + sb, q.scale);
   const uint8_t* codes = block + 2 * sb;
   const int G = q.group;
@@ -94,23 +109,23 @@ inline void block_values(const uint8_t* block, const QuantLayout& q, float* v) {
     const size_t n = size_t(G) * kBits / 8;
     std::memcpy(pad, codes, n);
     pad[n] = 0;
-    for (int j = 0; j < G; ++j) v[j] = std::fma(s, float(code_at<kBits>(pad, j)), b);
+    for (int j = 0; j < G; ++j) v[j] = __builtin_fmaf(s, float(code_at<kBits>(pad, j)), b);
   } else if constexpr (kBits == 4) {  // a byte's two values a step (an index j / 2 does not vectorize)
     for (int i = 0; i < G / 2; ++i) {
       const uint32_t c = codes[i];
-      v[2 * i] = std::fma(s, float(c & 15u), b);
-      v[2 * i + 1] = std::fma(s, float(c >> 4), b);
+      v[2 * i] = __builtin_fmaf(s, float(c & 15u), b);
+      v[2 * i + 1] = __builtin_fmaf(s, float(c >> 4), b);
     }
   } else if constexpr (kBits == 2) {
     for (int i = 0; i < G / 4; ++i) {
       const uint32_t c = codes[i];
-      v[4 * i] = std::fma(s, float(c & 3u), b);
-      v[4 * i + 1] = std::fma(s, float((c >> 2) & 3u), b);
-      v[4 * i + 2] = std::fma(s, float((c >> 4) & 3u), b);
-      v[4 * i + 3] = std::fma(s, float(c >> 6), b);
+      v[4 * i] = __builtin_fmaf(s, float(c & 3u), b);
+      v[4 * i + 1] = __builtin_fmaf(s, float((c >> 2) & 3u), b);
+      v[4 * i + 2] = __builtin_fmaf(s, float((c >> 4) & 3u), b);
+      v[4 * i + 3] = __builtin_fmaf(s, float(c >> 6), b);
     }
   } else {
-    for (int j = 0; j < G; ++j) v[j] = std::fma(s, float(codes[j]), b);
+    for (int j = 0; j < G; ++j) v[j] = __builtin_fmaf(s, float(codes[j]), b);
   }
 }
 
@@ -130,7 +145,7 @@ template <int kBits, typename RoundF16>
 inline void dequantize_rows_as(const QuantLayout& q, const uint8_t* src, int64_t rows, int64_t K, DType out,
                                void* dst, RoundF16 round_f16) {
   const int G = q.group;
-  const size_t bb = q.block_bytes();
+  const size_t bb = block_bytes_of(q);
   const int64_t groups = K / G;
   alignas(64) float v[128];
   for (int64_t r = 0; r < rows; ++r)
@@ -147,7 +162,7 @@ inline void dequantize_rows_as(const QuantLayout& q, const uint8_t* src, int64_t
         float* d = static_cast<float*>(dst) + at;
         if (q.scale == DType::F16) round_f16(v, G);
         if (q.scale == DType::BF16)
-          for (int j = 0; j < G; ++j) d[j] = bf16_to_f32(round_bf16(v[j]));
+          for (int j = 0; j < G; ++j) d[j] = widen_bf16(round_bf16(v[j]));
         else
           std::memcpy(d, v, size_t(G) * sizeof(float));
       }

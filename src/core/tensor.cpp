@@ -99,6 +99,7 @@ Tensor Tensor::reshape(std::initializer_list<int64_t> shape) const {
 
 Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   AUGUR_ASSERT(ndim_ >= 1 && begin >= 0 && begin <= end && end <= shape_[0], "bad row slice");
+  AUGUR_ASSERT(!is_quantized() || ndim_ >= 2, "a quantized row slice takes whole rows");
   Tensor t = *this;
   t.offset_ = offset_ + bytes_of(begin * stride_[0]);
   t.shape_[0] = end - begin;

@@ -5,11 +5,25 @@
 #include "backend/device.h"
 #include "backend/ops.h"
 #include "core/error.h"
+#include "core/quant.h"
 
 namespace augur {
 
 namespace {
 bool is_half(DType d) { return d == DType::BF16 || d == DType::F16; }
+}  // namespace
+
+namespace {
+
+// Experts quantized unlike one another, or some not at all: stacked as the
+// floats the CPU multiplies them as.
+Tensor stack_experts_as_floats(const std::vector<Tensor>& parts, int64_t n_expert) {
+  std::vector<Tensor> floats;
+  for (const Tensor& p : parts)
+    floats.push_back(p.is_quantized() ? dequantize(p, dequantized_cpu_type(p.quant())) : p);
+  return stack_experts(floats, n_expert);
+}
+
 }  // namespace
 
 Tensor stack_experts(const std::vector<Tensor>& parts, int64_t n_expert) {
@@ -22,9 +36,7 @@ Tensor stack_experts(const std::vector<Tensor>& parts, int64_t n_expert) {
       fail("[moe] expert matrix ", p.shape_str(), " does not stack onto ", first.shape_str());
     rows += p.dim(0);
     if (p.is_quantized() || dt == DType::QAFFINE) {
-      if (!p.is_quantized() || p.quant() != first.quant())
-        fail("[moe] experts quantized unlike one another (", dtype_name(p.dtype()), ", ", dtype_name(dt),
-             ") cannot be stacked");
+      if (!p.is_quantized() || p.quant() != first.quant()) return stack_experts_as_floats(parts, n_expert);
       continue;
     }
     if (p.dtype() == dt) continue;

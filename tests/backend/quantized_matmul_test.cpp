@@ -3,6 +3,7 @@
 // the same op gives on the dequantized float matrix, on every matmul path.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -95,19 +96,22 @@ TEST(QuantizedMatmul, EqualsTheDequantizedMatrixOnEveryPath) {
 }
 
 TEST(QuantizedMatmul, ManyBlocksOfRowsAndThreads) {
-  // N past several 256 KB blocks of rows and split over threads and rows of x
-  // (M large, N narrow for the thread count).
-  const Tensor q = random_quantized(300, 2048, 4, 64, DType::BF16, 7);
-  const Tensor f = cpu_float(q);
-  for (int threads : {1, 2, 3}) {
-    ThreadPool pool(threads);
-    for (int64_t M : {1, 40}) {
-      const std::vector<float> x = random_x(M, 2048, 3);
-      std::vector<float> want(size_t(M * 300)), got(size_t(M * 300));
-      cpu::matmul(x.data(), M, 2048, 2048, f.raw(), f.dtype(), 300, want.data(), 300, pool);
-      cpu::matmul_quantized(x.data(), M, 2048, 2048, q.raw(), q.quant(), 300, got.data(), 300, pool);
-      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
-          << threads << " threads, M " << M;
+  // N past several 256 KB blocks of rows (64 rows of 2048 bf16 values) and
+  // split over threads; N = 16 (one unit of columns) splits the rows of x
+  // over the threads instead.
+  for (int64_t N : {300, 16}) {
+    const Tensor q = random_quantized(N, 2048, 4, 64, DType::BF16, 7);
+    const Tensor f = cpu_float(q);
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      for (int64_t M : {1, 40}) {
+        const std::vector<float> x = random_x(M, 2048, 3);
+        std::vector<float> want(size_t(M * N)), got(size_t(M * N), -1.f);
+        cpu::matmul(x.data(), M, 2048, 2048, f.raw(), f.dtype(), N, want.data(), N, pool);
+        cpu::matmul_quantized(x.data(), M, 2048, 2048, q.raw(), q.quant(), N, got.data(), N, pool);
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+            << "N " << N << ", " << threads << " threads, M " << M;
+      }
     }
   }
 }
@@ -122,10 +126,12 @@ TEST(QuantizedMatmul, VectorDequantizationEqualsScalar) {
           std::vector<uint8_t> want(n), got(n);
           dequantize_rows(q.quant(), q.raw(), 3, 256, out, want.data());
           if (cpu::matmul_path_supported(cpu::MatmulPath::Avx2)) {
+            std::fill(got.begin(), got.end(), uint8_t(0xaa));
             cpu::detail::dequantize_rows_avx2(q.quant(), q.raw(), 3, 256, out, got.data());
             EXPECT_EQ(want, got) << "avx2 bits " << bits << " group " << group << " " << dtype_name(scale);
           }
           if (cpu::matmul_path_supported(cpu::MatmulPath::Avx512)) {
+            std::fill(got.begin(), got.end(), uint8_t(0xaa));
             cpu::detail::dequantize_rows_avx512(q.quant(), q.raw(), 3, 256, out, got.data());
             EXPECT_EQ(want, got) << "avx512 bits " << bits << " group " << group << " " << dtype_name(scale);
           }
@@ -175,11 +181,26 @@ TEST(QuantizedOps, RowsAndColumnsRegroupAsTheFloatMatrix) {
   const Tensor split = select_cols(stacked, 32, 96);  // through a block: floats
   EXPECT_FALSE(split.is_quantized());
   EXPECT_EQ(floats_of(split), floats_of(select_cols(dequantize(stacked), 32, 96)));
-  // Parts quantized unlike one another stack as floats.
-  const Tensor mixed[] = {a, random_quantized(2, 256, 8, 64, DType::F16, 3)};
+  // Parts quantized unlike one another stack as the floats the CPU
+  // multiplies (f16 values widened to f32), and multiply as their parts.
+  const Tensor c = random_quantized(2, 256, 8, 64, DType::BF16, 3);
+  const Tensor mixed[] = {a, c};
   const Tensor m = stack_rows(mixed);
   EXPECT_FALSE(m.is_quantized());
-  EXPECT_EQ(m.dim(0), 8);
+  EXPECT_EQ(m.dtype(), DType::F32);
+  const std::vector<float> xv = random_x(2, 256, 9);
+  Tensor x = Tensor::empty(DType::F32, {2, 256});
+  std::memcpy(x.raw(), xv.data(), xv.size() * 4);
+  Tensor ym = Tensor::empty(DType::F32, {2, 8}), ya = Tensor::empty(DType::F32, {2, 6}),
+         yc = Tensor::empty(DType::F32, {2, 2});
+  ops::linear(x, m, ym);
+  ops::linear(x, a, ya);
+  ops::linear(x, c, yc);
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t n = 0; n < 8; ++n)
+      EXPECT_EQ(ym.data<float>()[r * 8 + n], n < 6 ? ya.data<float>()[r * 6 + n] : yc.data<float>()[r * 2 + n - 6]);
+  EXPECT_EQ(split.dtype(), DType::F32);  // f16 scales: the CPU's F32, which linear takes
+  ops::linear(Tensor::empty(DType::F32, {2, 64}), split, Tensor::empty(DType::F32, {2, 9}));
 }
 
 }  // namespace

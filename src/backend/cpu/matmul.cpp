@@ -131,9 +131,9 @@ bool matmul_path_supported(MatmulPath path) {
   const CpuFeatures& f = cpu_features();
   switch (path) {
     case MatmulPath::Scalar: return true;
-    case MatmulPath::Avx2: return f.avx2 && f.fma;
-    case MatmulPath::Avx512: return f.avx512f && f.avx512bw;
-    case MatmulPath::Avx512Bf16: return f.avx512f && f.avx512bw && f.avx512bf16;
+    case MatmulPath::Avx2: return f.avx2 && f.fma && f.f16c;  // (F16C: quantized rows with f16 scales)
+    case MatmulPath::Avx512: return f.avx512f && f.avx512bw && f.f16c;
+    case MatmulPath::Avx512Bf16: return f.avx512f && f.avx512bw && f.avx512bf16 && f.f16c;
   }
   return false;
 }

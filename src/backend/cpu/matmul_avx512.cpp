@@ -399,31 +399,46 @@ void round_f16_f16c(float* v, int n) {
     _mm256_storeu_ps(v + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(v + i), _MM_FROUND_TO_NEAREST_INT)));
 }
 
+// The 16 values fmaf(s, c, b) for c = 0..15 rounded to bf16 as
+// quant_detail::round_bf16 does (nearest even; NaN quiet), twice over: a
+// vpermw table of 32 words.
+__m512i bf16_table16(float s, float b) {
+  const __m512 v = _mm512_fmadd_ps(_mm512_set1_ps(s),
+                                   _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                   _mm512_set1_ps(b));
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_maskz_srli_epi32(0xffff, u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_maskz_srli_epi32(0xffff, _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  const __m512i quiet = _mm512_or_si512(_mm512_maskz_srli_epi32(0xffff, u, 16), _mm512_set1_epi32(0x40));
+  const __m256i words = _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_mask_blend_epi32(nan, rounded, quiet));
+  return _mm512_maskz_broadcast_i64x4(0xff, words);
+}
+
 // 4-bit rows with bf16 scales into bf16 (the common mlx checkpoint): a
-// group's 16 possible values are computed once (fmaf and bf16 rounding, as
-// everywhere) and its codes looked up 32 at a time by vpermw, where
-// computing each value took ~3x as long as augur-tiny's bf16 decode step.
+// group's 16 possible values are computed once, in one vector, and its
+// codes looked up 32 at a time by vpermw (computing each value took ~3x as
+// long as augur-tiny's bf16 decode step).
 void dequantize_4bit_bf16(const QuantLayout& q, const uint8_t* src, int64_t rows, int64_t K, uint16_t* dst) {
   const int G = q.group;
-  const size_t bb = q.block_bytes();
+  const size_t bb = quant_detail::block_bytes_of(q);
   const int64_t groups = K / G;
   const __m128i low4 = _mm_set1_epi8(0x0f);
-  alignas(64) uint16_t lut[32];
   for (int64_t i = 0; i < rows * groups; ++i) {
     const uint8_t* block = src + size_t(i) * bb;
     uint16_t sb, bb16;
     std::memcpy(&sb, block, 2);
     std::memcpy(&bb16, block + 2, 2);
-    const float s = bf16_to_f32(sb), b = bf16_to_f32(bb16);
-    for (int c = 0; c < 16; ++c) lut[c] = lut[c + 16] = quant_detail::round_bf16(std::fma(s, float(c), b));
-    const __m512i table = _mm512_load_si512(lut);
+    const __m512i table = bf16_table16(quant_detail::widen_bf16(sb), quant_detail::widen_bf16(bb16));
     const uint8_t* codes = block + 4;
     uint16_t* d = dst + i * G;
     for (int j = 0; j < G; j += 32) {  // 16 bytes: 32 codes, low nibble first
       const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j / 2));
       const __m128i lo = _mm_and_si128(packed, low4), hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low4);
       const __m256i idx8 = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
-      const __m512i idx = _mm512_cvtepu8_epi16(idx8);
+      const __m512i idx = _mm512_maskz_cvtepu8_epi16(0xffffffff, idx8);
       _mm512_storeu_si512(d + j, _mm512_permutexvar_epi16(idx, table));
     }
   }
