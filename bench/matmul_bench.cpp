@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/cpu/matmul.h"
+#include "core/quant.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 
@@ -134,6 +135,48 @@ void BM_matmul(benchmark::State& state, MatmulPath path, DType dtype, int64_t M,
   state.counters["threads"] = pool.size();
 }
 
+// The same with w affine-quantized (QAFFINE: `bits` in groups of 64, bf16
+// scales): bytes/s counts the packed bytes; "weights/s" compares with the
+// float forms (a bf16 matrix's bytes/s is twice its weights/s).
+void BM_matmul_quantized(benchmark::State& state, MatmulPath path, int bits, int64_t M, int64_t K, int64_t N,
+                         bool cold) {
+  if (!augur::cpu::matmul_path_supported(path)) {
+    state.SkipWithError("path not supported on this CPU");
+    return;
+  }
+  ThreadPool& pool = ThreadPool::global();
+  std::mt19937 rng(5);
+  augur::Tensor codes = augur::Tensor::empty(DType::U32, {N, K * bits / 32});
+  for (int64_t i = 0; i < codes.numel(); ++i) codes.data<uint32_t>()[i] = uint32_t(rng());
+  augur::Tensor scales = augur::Tensor::empty(DType::BF16, {N, K / 64});
+  augur::Tensor biases = augur::Tensor::empty(DType::BF16, {N, K / 64});
+  for (int64_t i = 0; i < scales.numel(); ++i) {
+    scales.data<uint16_t>()[i] = augur::f32_to_bf16(0.01f);
+    biases.data<uint16_t>()[i] = augur::f32_to_bf16(-0.08f);
+  }
+  const augur::Tensor q = augur::pack_affine(codes, scales, biases, bits, 64, K, "bench");
+  const size_t w_bytes = q.nbytes();
+  const size_t copies = cold ? std::max<size_t>(1, (kColdBytes + w_bytes - 1) / w_bytes) : 1;
+  std::vector<std::unique_ptr<HostBuffer>> ws;
+  for (size_t c = 0; c < copies; ++c) {
+    ws.push_back(std::make_unique<HostBuffer>(w_bytes));
+    std::memcpy(ws[c]->data(), q.raw(), w_bytes);
+  }
+  HostBuffer x(size_t(M * K) * 4), y(size_t(M * N) * 4);
+  fill_random(x.data(), size_t(M * K) * 4, DType::F32, 99);
+  size_t c = 0;
+  for (auto _ : state) {
+    augur::cpu::matmul_quantized(path, static_cast<const float*>(x.data()), M, K, K, ws[c]->data(), q.quant(), N,
+                                 static_cast<float*>(y.data()), N, pool);
+    benchmark::ClobberMemory();
+    c = c + 1 == copies ? 0 : c + 1;
+  }
+  const int64_t it = int64_t(state.iterations());
+  state.SetBytesProcessed(it * int64_t(w_bytes));
+  state.counters["weights/s"] = benchmark::Counter(double(it) * double(N * K), benchmark::Counter::kIsRate);
+  state.counters["threads"] = pool.size();
+}
+
 // Best of the repetitions (--benchmark_repetitions=N): the machine may be shared,
 // and interference only ever slows a run down.
 double min_of(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
@@ -187,6 +230,19 @@ int main(int argc, char** argv) {
             ->Unit(benchmark::kMillisecond);
       }
     }
+  }
+  for (MatmulPath path : {MatmulPath::Avx512, MatmulPath::Avx2}) {
+    const std::string pn = augur::cpu::matmul_path_name(path);
+    for (int bits : {4, 8})
+      for (const Shape& s : kShapes)
+        for (int64_t M : {int64_t(1), int64_t(8)})
+          for (bool cold : {true, false}) {
+            if (!cold && M > 1) continue;
+            const std::string name = "decode/" + pn + "/Q" + std::to_string(bits) + "G64/" + s.name + "/M" +
+                                     std::to_string(M) + (cold ? "/cold" : "/hot");
+            with_stats(benchmark::RegisterBenchmark(name.c_str(), BM_matmul_quantized, path, bits, M, s.K, s.N, cold))
+                ->Unit(benchmark::kMicrosecond);
+          }
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
