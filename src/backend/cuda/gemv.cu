@@ -146,10 +146,11 @@ __global__ void __launch_bounds__(kWarps * 32)
 // together, no tail of half-empty SMs. Interleaved rows keep the SMs' reads
 // at any moment within a few MB (as rows_kernel's).
 // Stage i: step j = i / H, half h = i % H: the block's rows h * R.. of group
-// g = j / n_chunks (GR = H * R rows: 4, 8, or 16 at MR = 5 in the wide
-// form), columns [c * kStreamK, +kStreamK) of chunk c = j % n_chunks (the
-// last chunk may be short); one bulk copy a row, so every copy starts on a
-// 4 KB boundary of its row (equal chunks of a runtime width streamed slower).
+// g = j / n_chunks (GR = H * R rows: 4, or at MR = 5 8 with x in
+// registers and 16 in the wide form), columns [c * kStreamK, +kStreamK) of
+// chunk c = j % n_chunks (the last chunk may be short); one bulk copy a row,
+// so every copy starts on a 4 KB boundary of its row (equal chunks of a
+// runtime width streamed slower).
 // Consumers (kStreamConsumers warps) take 8 columns a thread of every stage,
 // for all its rows. Where x fits (M <= 2; M <= 5 when K <= 4096, the verify
 // steps of 1 + 4 tokens) they hold their columns of x in registers for the
@@ -157,7 +158,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 // stage); else (verify steps of longer K or more rows) each stage reads its
 // columns of x again from shared memory and a stage holds 8 rows, not 4, so
 // that each x load serves twice the weights. At a group's end each warp sums
-// its R x MR outputs over its lanes (warp_sums: warp_sum's order, half the
+// its GR x MR outputs over its lanes (warp_sums: warp_sum's order, half the
 // values handed on at each step) and one thread an output adds the warps' in
 // fixed order (deterministic). Every output is the same
 // arithmetic in the same order whatever M is (one fmaf chain a thread over
@@ -181,19 +182,27 @@ __global__ void __launch_bounds__(kWarps * 32)
 // x: [M, K] f32 (row stride ldx, K <= MAXC * kStreamK); w: [N, K] half (K % 8
 // == 0, 16-byte aligned); y: [M, N] f32 (row stride ldy; [M, N / 2] for
 // SwiGLU); smem: slots x [R][kStreamK] half (R = stream_rows(x in registers)), then
-// full[slots], empty[slots] mbarriers, then red[2][consumers][R * MR], then
+// full[slots], empty[slots] mbarriers, then red[2][consumers][GR * MR], then
 // (NORM) the norm's [consumers][MR] and (SwiGLU) stash[units a block][MR].
 constexpr int kStreamRows = 4;      // rows a stage, x in registers
 constexpr int kStreamRowsWide = 8;  // rows a stage, x in smem (each x load serves more weights; 4 measured slower)
 constexpr int stream_rows(bool x_in_registers) { return x_in_registers ? kStreamRows : kStreamRowsWide; }
-// Rows a group (the outputs a thread accumulates at once). The wide form
-// at MR = 5 (a verify step of 1 + 4 tokens) takes two stages' rows a group
-// (80 accumulators), so that each chunk of x staged from L2 serves 16 rows,
-// not 8: with 8, the down projection (K = 12288) restaged 40 KB of x for
-// every 32 KB stage of weights and streamed at 82% of the one-row speed.
+// Rows a group (the outputs a thread accumulates at once). At MR = 5 (a
+// verify step of 1 + 4 tokens) a group takes two stages' rows:
+// - the wide form 16 (80 accumulators), so that each chunk of x staged from
+//   L2 serves 16 rows, not 8: with 8, the down projection (K = 12288)
+//   restaged 40 KB of x for every 32 KB stage of weights and streamed at
+//   82% of the one-row speed;
+// - the register form 8 (40 accumulators beside x's 80 registers), so that
+//   a group's end (the warps' sums, a barrier, the fused end; latency the
+//   two consumer warps a scheduler cannot hide) comes every four stages at
+//   K = 4096, not every two: with the weights' copies left out (the
+//   consumers' own speed, which the H200's copy speed exposes), Qwen3-8B's
+//   gate/up took 51.9 us, not 58.4, and q/k/v 14.7, not 16.1 (H100).
 // (At MR = 4, batch-4 decode measured 1% slower with 16.)
 constexpr int stream_group_rows(bool x_in_registers, int MR) {
-  return !x_in_registers && MR == 5 ? 2 * kStreamRowsWide : stream_rows(x_in_registers);
+  if (MR != 5) return stream_rows(x_in_registers);
+  return x_in_registers ? 2 * kStreamRows : 2 * kStreamRowsWide;
 }
 // Whether a thread's columns of x (MR rows of `chunks` stages) stay in
 // registers: 8 floats a row a chunk, at most 16 row-chunks.
@@ -473,10 +482,10 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
     const int o_mine = lane * kStreamConsumers + warp, r_mine = o_mine / MR, m_mine = o_mine % MR;
     const bool out_mine = o_mine < GR * MR && r_mine < rows && m_mine < M;
     // Accumulate: y's value before this kernel, loaded early, off the
-    // critical path: into a register, or with two stages a group (H > 1,
-    // where that register made ptxas spill in the loop) by cp.async into
+    // critical path: into a register, or in the wide form with two stages a
+    // group (H > 1, where that register made ptxas spill in the loop) by cp.async into
     // old_s[o_mine], in the commit group of the group's first step's x.
-    constexpr bool kOldInSmem = EPI == StreamEpi::Accumulate && H > 1;
+    constexpr bool kOldInSmem = EPI == StreamEpi::Accumulate && H > 1 && !kXReg;
     float* old_s = stash;  // kOldInSmem: [GR * MR]
     float old = 0.f;
     if constexpr (EPI == StreamEpi::Accumulate && !kOldInSmem)
@@ -501,24 +510,27 @@ __global__ void __launch_bounds__(kStreamThreads, 1)
 #pragma unroll
       for (int c = 0; c < MAXC; ++c) {
         if (c >= n_chunks) break;
-        mbar_wait(&full[slot], phase);
-        if (c * KC + kt < K) {
-          const uint16_t* st = ring + size_t(slot) * R * KC + kt;
-          float wf[R][8];
 #pragma unroll
-          for (int r = 0; r < R; ++r) unpack8<F16>(*reinterpret_cast<const uint4*>(st + r * KC), wf[r]);
+        for (int h = 0; h < H; ++h) {
+          mbar_wait(&full[slot], phase);
+          if (c * KC + kt < K && h * R < rows) {
+            const uint16_t* st = ring + size_t(slot) * R * KC + kt;
+            float wf[R][8];
 #pragma unroll
-          for (int m = 0; m < MR; ++m) {
-            // run_stream gives MR = 5 only M = 5 (and MR <= 2 only M = MR),
-            // so a verify step's rows of products run without a branch
-            // between them (rows past M would only add zeros' products,
-            // never stored).
-            if (MR != 5 && MR > 2 && m >= M) break;
+            for (int r = 0; r < R; ++r) unpack8<F16>(*reinterpret_cast<const uint4*>(st + r * KC), wf[r]);
 #pragma unroll
-            for (int r = 0; r < R; ++r) dot8_into(acc[r][m], xr[c][m], wf[r]);
+            for (int m = 0; m < MR; ++m) {
+              // run_stream gives MR = 5 only M = 5 (and MR <= 2 only M = MR),
+              // so a verify step's rows of products run without a branch
+              // between them (rows past M would only add zeros' products,
+              // never stored).
+              if (MR != 5 && MR > 2 && m >= M) break;
+#pragma unroll
+              for (int r = 0; r < R; ++r) dot8_into(acc[h * R + r][m], xr[c][m], wf[r]);
+            }
           }
+          release();
         }
-        release();
       }
     } else {
       for (int c = 0; c < n_chunks; ++c) {
